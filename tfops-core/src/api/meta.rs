@@ -1,0 +1,88 @@
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{TerraformSpec, TerraformStatus};
+
+/// Namespace and name of an object.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectKey {
+    /// The namespace.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// A key from namespace and name.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The parts of Kubernetes object metadata the reconciler reads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    /// The object's name.
+    pub name: String,
+    /// The object's namespace.
+    pub namespace: String,
+    /// `metadata.generation`: bumped by the API server on every spec change, never on status
+    /// updates.
+    pub generation: i64,
+    /// Labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations (see [`super::annotations`]).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// Set when deletion was requested.
+    #[serde(default)]
+    pub deletion_timestamp: Option<jiff::Timestamp>,
+    /// Finalizers.
+    #[serde(default)]
+    pub finalizers: Vec<String>,
+}
+
+/// A `Terraform` object as the reconciler sees it: metadata, spec and status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TerraformObject {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// The desired state.
+    pub spec: TerraformSpec,
+    /// The observed state, as last written by tfops.
+    #[serde(default)]
+    pub status: TerraformStatus,
+}
+
+impl TerraformObject {
+    /// Namespace and name.
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey::new(&self.metadata.namespace, &self.metadata.name)
+    }
+
+    /// The value of an annotation, if set and not empty.
+    pub fn annotation(&self, name: &str) -> Option<&str> {
+        self.metadata
+            .annotations
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// Whether tfops' finalizer is present.
+    pub fn has_finalizer(&self) -> bool {
+        self.metadata.finalizers.iter().any(|f| f == super::FINALIZER)
+    }
+}

@@ -1,0 +1,104 @@
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::conditions::Condition;
+
+/// What tfops observed and did, written only by tfops.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerraformStatus {
+    /// The `metadata.generation` the last completed run acted on.
+    #[serde(default)]
+    pub observed_generation: i64,
+    /// Standard conditions: `Ready`, `Plan`, `Apply`, `Output`, `HealthCheck`, `StateLocked`,
+    /// `Reconciling`, `Stalled`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The source revision of the last run (`<ref>@sha1:<sha>` or `<tag>@sha256:<digest>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_revision: Option<String>,
+    /// The source revision of the last plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_planned_revision: Option<String>,
+    /// The source revision of the last successful apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_revision: Option<String>,
+    /// When the last plan was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_plan_at: Option<jiff::Timestamp>,
+    /// When drift was last detected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drift_detected_at: Option<jiff::Timestamp>,
+    /// When the last run ended; the next interval (or retry) counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run_at: Option<jiff::Timestamp>,
+    /// The value of the `infra.argocd.io/reconcile` annotation last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// The value of the `infra.argocd.io/replan` annotation last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_replan_at: Option<String>,
+    /// The plan waiting for approval, and the last applied one.
+    #[serde(default)]
+    pub plan: PlanStatus,
+    /// The resources in the state after the last apply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inventory: Vec<InventoryEntry>,
+    /// The names of the outputs after the last apply (values are never put in status).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub available_outputs: Vec<String>,
+    /// The binary and version that ran (`tofu 1.10.6`, `terraform 1.15.5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<String>,
+    /// A state lock that stopped a run.
+    #[serde(default)]
+    pub lock: LockStatus,
+    /// Consecutive failed runs; reset by a successful one.
+    #[serde(default)]
+    pub reconciliation_failures: i64,
+}
+
+/// The plan waiting for approval, and the last applied one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanStatus {
+    /// The id of the plan waiting for approval (`plan-<ref>-<sha>`); set `spec.approvePlan` to
+    /// it to apply.
+    #[serde(default)]
+    pub pending: String,
+    /// The id of the last applied plan.
+    #[serde(default)]
+    pub last_applied: String,
+    /// The pending plan destroys everything (`spec.destroy`).
+    #[serde(default)]
+    pub is_destroy_plan: bool,
+    /// The pending plan was made to correct drift.
+    #[serde(default)]
+    pub is_drift_detection_plan: bool,
+}
+
+/// A state lock that stopped a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LockStatus {
+    /// The lock id; release it with the force-unlock action.
+    #[serde(default)]
+    pub pending: String,
+    /// Who holds it, as Terraform's lock info says.
+    #[serde(default)]
+    pub holder: String,
+}
+
+/// A resource in the state.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryEntry {
+    /// The resource address (`module.net.aws_vpc.main`).
+    pub address: String,
+    /// The resource type (`aws_vpc`).
+    #[serde(rename = "type")]
+    pub resource_type: String,
+    /// The provider's id of the object, when the state records one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identifier: Option<String>,
+}

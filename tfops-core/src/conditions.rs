@@ -1,0 +1,292 @@
+//! Conditions, their reasons, and how they map to Argo CD health.
+//!
+//! `Ready` is the condition Argo CD reads. `Plan`, `Apply`, `Output` and `HealthCheck` record
+//! the last result of each phase. `StateLocked`, `Reconciling` and `Stalled` are "abnormal when
+//! true" (kstatus style): present while the situation lasts, removed afterwards.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::api::TerraformObject;
+
+/// A standard `metav1.Condition`. Type and reason are strings on the wire so that a status
+/// written by another version of tfops always reads back; [`Condition::kind`] and
+/// [`Condition::reason_code`] give them typed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// The condition type (`Ready`, `Plan`, ...).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: ConditionStatus,
+    /// A CamelCase reason, one of [`Reason`].
+    pub reason: String,
+    /// A message for humans.
+    #[serde(default)]
+    pub message: String,
+    /// When `status` last changed.
+    pub last_transition_time: jiff::Timestamp,
+    /// The generation the condition was computed for.
+    #[serde(default)]
+    pub observed_generation: i64,
+}
+
+impl Condition {
+    /// The typed condition type, if known to this version.
+    pub fn kind(&self) -> Option<ConditionType> {
+        ConditionType::ALL
+            .iter()
+            .copied()
+            .find(|t| t.as_str() == self.type_)
+    }
+
+    /// The typed reason, if known to this version.
+    pub fn reason_code(&self) -> Option<Reason> {
+        Reason::ALL.iter().copied().find(|r| r.as_str() == self.reason)
+    }
+}
+
+/// A condition's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ConditionStatus {
+    /// The condition holds.
+    True,
+    /// It does not.
+    False,
+    /// Not known yet (work in progress, or waiting for a human).
+    Unknown,
+}
+
+macro_rules! string_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)*
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            /// The wire name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => stringify!($variant),)*
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+string_enum!(
+    /// The condition types tfops writes.
+    ConditionType {
+        /// The overall result; what Argo CD's health reads.
+        Ready,
+        /// The last plan.
+        Plan,
+        /// The last apply.
+        Apply,
+        /// The last output read and write.
+        Output,
+        /// The last health checks.
+        HealthCheck,
+        /// A state lock stops runs (present only while it does).
+        StateLocked,
+        /// A run is in progress (present only while it is).
+        Reconciling,
+        /// No progress is possible without a change by a human (present only while so).
+        Stalled,
+    }
+);
+
+string_enum!(
+    /// Every reason tfops puts on a condition or event.
+    Reason {
+        /// Apply succeeded.
+        TerraformAppliedSucceed,
+        /// The refresh-only plan found no drift.
+        NoDrift,
+        /// Outputs were read (and written to the outputs Secret).
+        TerraformOutputsWritten,
+        /// Every health check passed.
+        HealthChecksSucceeded,
+        /// The plan has no changes.
+        TerraformPlannedNoChanges,
+        /// A run is in progress.
+        Progressing,
+        /// The plan has changes; waiting for approval unless auto-approved.
+        TerraformPlannedWithChanges,
+        /// A dependency is not Ready at its current generation.
+        DependencyNotReady,
+        /// `terraform plan` failed.
+        TFExecPlanFailed,
+        /// `terraform apply` failed.
+        TFExecApplyFailed,
+        /// The source could not be resolved or fetched.
+        SourceFetchFailed,
+        /// The state lock is held by someone else.
+        LockHeld,
+        /// The infrastructure no longer matches the state.
+        DriftDetected,
+        /// A health check failed.
+        HealthChecksFailed,
+        /// `spec.remediation.retries` failed runs in a row; waiting for a change.
+        RetryLimitReached,
+        /// Credentials were refused (source, Kubernetes API).
+        AccessDenied,
+        /// `spec.suspend` is true.
+        Suspended,
+        /// The runner Pod did not become ready or could not be reached.
+        RunnerConnectionFailed,
+        /// A ResourceQuota rejected the runner Pod.
+        RunnerQuotaExhausted,
+        /// `terraform init` failed.
+        TFExecInitFailed,
+        /// The workspace could not be selected or created.
+        SelectWorkspaceFailed,
+        /// `terraform output` failed.
+        TFExecOutputFailed,
+        /// `terraform destroy` failed.
+        TFExecDestroyFailed,
+        /// Destroy succeeded.
+        TerraformDestroySucceed,
+        /// The outputs Secret could not be written.
+        OutputsWritingFailed,
+        /// Variables could not be generated (a missing Secret or key, bad JSON).
+        VarsGenerationFailed,
+        /// The source archive could not be built or uploaded.
+        ArtifactFailed,
+        /// A plan was refused by validation (policies).
+        ValidationFailed,
+        /// The refresh-only plan for drift detection failed.
+        DriftDetectionFailed,
+        /// A re-plan was requested with the `infra.argocd.io/replan` annotation.
+        ReplanRequested,
+        /// Deletion waits until the objects depending on this one are gone.
+        DeletionBlockedByDependants,
+        /// The spec is invalid; the message lists every problem.
+        InvalidSpec,
+        /// The plan could not be stored for approval.
+        PlanStorageFailed,
+        /// `terraform show` of the plan failed.
+        TFExecShowFailed,
+        /// Releasing the state lock failed.
+        ForceUnlockFailed,
+        /// Removing plans, outputs or state during deletion failed.
+        DeletionFailed,
+        /// The object is being deleted.
+        Finalizing,
+    }
+);
+
+impl Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Sets (or replaces) the condition of `kind`. `lastTransitionTime` is kept when the status
+/// does not change, so a re-written condition does not look like a new transition.
+pub fn set(
+    conditions: &mut Vec<Condition>,
+    kind: ConditionType,
+    status: ConditionStatus,
+    reason: Reason,
+    message: impl Into<String>,
+    generation: i64,
+    now: jiff::Timestamp,
+) {
+    let message = message.into();
+    match conditions.iter_mut().find(|c| c.type_ == kind.as_str()) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = now;
+            }
+            c.status = status;
+            c.reason = reason.as_str().to_string();
+            c.message = message;
+            c.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: kind.as_str().to_string(),
+            status,
+            reason: reason.as_str().to_string(),
+            message,
+            last_transition_time: now,
+            observed_generation: generation,
+        }),
+    }
+}
+
+/// Removes the condition of `kind`, if present.
+pub fn remove(conditions: &mut Vec<Condition>, kind: ConditionType) {
+    conditions.retain(|c| c.type_ != kind.as_str());
+}
+
+/// The condition of `kind`, if present.
+pub fn find(conditions: &[Condition], kind: ConditionType) -> Option<&Condition> {
+    conditions.iter().find(|c| c.type_ == kind.as_str())
+}
+
+/// Argo CD's health statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum HealthStatus {
+    /// Applied and matching.
+    Healthy,
+    /// Working, or waiting for dependencies.
+    Progressing,
+    /// Suspended by the user, or a plan awaits approval.
+    Suspended,
+    /// Needs attention.
+    Degraded,
+}
+
+/// A health status and its message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Health {
+    /// The status.
+    pub status: HealthStatus,
+    /// Why.
+    pub message: String,
+}
+
+/// Argo CD health of an object, as seed 000's status table says: `spec.suspend` or reason
+/// `Suspended` → Suspended; a spec generation not yet acted on, or no `Ready` → Progressing;
+/// `Ready=True` → Healthy; `Ready=Unknown` → Suspended when a plan awaits approval, else
+/// Progressing; `Ready=False` → Degraded.
+pub fn health(object: &TerraformObject) -> Health {
+    let ready = find(&object.status.conditions, ConditionType::Ready);
+    let message = ready.map(|c| c.message.clone()).unwrap_or_default();
+    let h = |status, message: String| Health { status, message };
+    if object.spec.suspend || ready.is_some_and(|c| c.reason == Reason::Suspended.as_str()) {
+        return h(HealthStatus::Suspended, "reconciliation is suspended".into());
+    }
+    let Some(ready) = ready else {
+        return h(HealthStatus::Progressing, "waiting for the first reconciliation".into());
+    };
+    if object.status.observed_generation < object.metadata.generation
+        && ready.status != ConditionStatus::Unknown
+    {
+        return h(HealthStatus::Progressing, "a new generation is being reconciled".into());
+    }
+    match ready.status {
+        ConditionStatus::True => h(HealthStatus::Healthy, message),
+        ConditionStatus::False => h(HealthStatus::Degraded, message),
+        ConditionStatus::Unknown
+            if ready.reason == Reason::TerraformPlannedWithChanges.as_str()
+                && !object.status.plan.pending.is_empty() =>
+        {
+            h(HealthStatus::Suspended, message)
+        }
+        ConditionStatus::Unknown => h(HealthStatus::Progressing, message),
+    }
+}

@@ -1,0 +1,27 @@
+//! The pure core of tfops.
+//!
+//! Everything that decides what tfops does lives here, free of Kubernetes clients, gRPC, process
+//! spawning, sockets and clock reads, so that it can be tested exhaustively and embedded in other
+//! controllers:
+//!
+//! - [`api`]: the `Terraform` spec and status (`infra.argocd.io/v1alpha1`), which are the CRD
+//!   schema, and [`api::validate`], which turns a spec into a [`api::ValidSpec`] or lists every
+//!   problem.
+//! - [`conditions`]: condition types, reasons and the mapping to Argo CD health.
+//! - [`naming`]: every name tfops derives (runner Pod, state Secret and Lease, plan objects, plan
+//!   ids), within Kubernetes' length limits.
+//! - [`reconcile`]: the decision function (`decide`) and the driver that performs its steps
+//!   through the [`ports`].
+//! - [`ports`]: the traits the driver needs; in-memory fakes live in [`testing`] behind the
+//!   `testing` feature.
+
+pub mod api;
+pub mod conditions;
+pub mod duration;
+pub mod naming;
+pub mod ports;
+pub mod reconcile;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use jiff::Timestamp;

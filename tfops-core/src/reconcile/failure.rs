@@ -1,0 +1,165 @@
+//! How a port's error becomes what the user sees: a condition reason and a message.
+
+use super::model::{StepFailure, StepKind};
+use crate::conditions::Reason;
+use crate::ports::PortError;
+
+/// The longest message put on a condition; Terraform diagnostics can be long, and the end of
+/// one usually says least.
+pub const MAX_MESSAGE: usize = 2000;
+
+/// The failure of `step` with `error`. The variant of the error decides the reason where it
+/// is specific (refused credentials, quota, a held lock); otherwise the step does.
+pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
+    let reason = match (error, step) {
+        (PortError::StateLocked { .. }, _) => Reason::LockHeld,
+        (PortError::AccessDenied(_), _) => Reason::AccessDenied,
+        (PortError::QuotaExhausted(_), StepKind::StartRunner) => Reason::RunnerQuotaExhausted,
+        (_, StepKind::ResolveSource) => Reason::SourceFetchFailed,
+        (_, StepKind::FetchSource) => Reason::ArtifactFailed,
+        (_, StepKind::StartRunner) => Reason::RunnerConnectionFailed,
+        (_, StepKind::Setup) => match sub {
+            SubStep::Inputs => Reason::VarsGenerationFailed,
+            SubStep::Upload => Reason::ArtifactFailed,
+            SubStep::Init => Reason::TFExecInitFailed,
+            SubStep::Workspace => Reason::SelectWorkspaceFailed,
+            _ => Reason::TFExecInitFailed,
+        },
+        (_, StepKind::ForceUnlock) => Reason::ForceUnlockFailed,
+        (_, StepKind::DetectDrift) => Reason::DriftDetectionFailed,
+        (_, StepKind::Plan) => match sub {
+            SubStep::Show => Reason::TFExecShowFailed,
+            SubStep::Store => Reason::PlanStorageFailed,
+            _ => Reason::TFExecPlanFailed,
+        },
+        (_, StepKind::Apply) => Reason::TFExecApplyFailed,
+        (_, StepKind::Outputs) => match sub {
+            SubStep::WriteOutputs => Reason::OutputsWritingFailed,
+            _ => Reason::TFExecOutputFailed,
+        },
+        (_, StepKind::HealthChecks) => Reason::HealthChecksFailed,
+        (_, StepKind::Destroy) => Reason::TFExecDestroyFailed,
+        (
+            _,
+            StepKind::Cleanup
+            | StepKind::DeletePlansAndOutputs
+            | StepKind::DeleteState
+            | StepKind::RemoveFinalizer
+            | StepKind::AddFinalizer
+            | StepKind::Done,
+        ) => Reason::DeletionFailed,
+    };
+    let lock = match error {
+        PortError::StateLocked { lock_id, holder } => Some((lock_id.clone(), holder.clone())),
+        _ => None,
+    };
+    StepFailure {
+        reason,
+        message: trim_message(&format!("{}: {error}", sub.label())),
+        lock,
+    }
+}
+
+/// The part of a step that failed, for steps made of several commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)] // each names the command in its label
+pub enum SubStep {
+    Whole,
+    Resolve,
+    Fetch,
+    Start,
+    Inputs,
+    Upload,
+    Init,
+    Workspace,
+    Unlock,
+    RefreshPlan,
+    Plan,
+    Show,
+    Store,
+    Apply,
+    Output,
+    Inventory,
+    WriteOutputs,
+    Health,
+    Destroy,
+    Cleanup,
+    Delete,
+}
+
+impl SubStep {
+    fn label(self) -> &'static str {
+        match self {
+            SubStep::Whole => "failed",
+            SubStep::Resolve => "resolving the source revision",
+            SubStep::Fetch => "fetching the source",
+            SubStep::Start => "starting the runner",
+            SubStep::Inputs => "resolving variables and files",
+            SubStep::Upload => "uploading the source to the runner",
+            SubStep::Init => "terraform init",
+            SubStep::Workspace => "selecting the workspace",
+            SubStep::Unlock => "terraform force-unlock",
+            SubStep::RefreshPlan => "refresh-only plan",
+            SubStep::Plan => "terraform plan",
+            SubStep::Show => "terraform show",
+            SubStep::Store => "storing the plan",
+            SubStep::Apply => "terraform apply",
+            SubStep::Output => "terraform output",
+            SubStep::Inventory => "reading the state inventory",
+            SubStep::WriteOutputs => "writing the outputs Secret",
+            SubStep::Health => "health check",
+            SubStep::Destroy => "terraform destroy",
+            SubStep::Cleanup => "cleaning up the runner",
+            SubStep::Delete => "deleting",
+        }
+    }
+}
+
+/// Trims a message to [`MAX_MESSAGE`] bytes on a char boundary, keeping its beginning (where
+/// Terraform puts the error summary).
+pub fn trim_message(message: &str) -> String {
+    let message = message.trim();
+    if message.len() <= MAX_MESSAGE {
+        return message.to_string();
+    }
+    let mut cut = MAX_MESSAGE;
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… (truncated)", &message[..cut])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_the_reasons_users_know() {
+        let tf = PortError::Terraform("Error: Invalid block".into());
+        assert_eq!(failure(StepKind::Plan, SubStep::Plan, &tf).reason, Reason::TFExecPlanFailed);
+        assert_eq!(failure(StepKind::Setup, SubStep::Init, &tf).reason, Reason::TFExecInitFailed);
+        assert_eq!(
+            failure(StepKind::Setup, SubStep::Inputs, &PortError::NotFound("secret x".into())).reason,
+            Reason::VarsGenerationFailed
+        );
+        assert_eq!(
+            failure(StepKind::ResolveSource, SubStep::Resolve, &PortError::AccessDenied("401".into())).reason,
+            Reason::AccessDenied
+        );
+        assert_eq!(
+            failure(StepKind::StartRunner, SubStep::Start, &PortError::QuotaExhausted("pods".into())).reason,
+            Reason::RunnerQuotaExhausted
+        );
+        let locked = PortError::StateLocked { lock_id: "abc".into(), holder: "ci".into() };
+        let f = failure(StepKind::Plan, SubStep::Plan, &locked);
+        assert_eq!((f.reason, f.lock), (Reason::LockHeld, Some(("abc".into(), "ci".into()))));
+        assert!(failure(StepKind::Apply, SubStep::Apply, &tf).message.contains("Invalid block"));
+    }
+
+    #[test]
+    fn long_messages_are_trimmed_not_lost() {
+        let long = "é".repeat(3000);
+        let t = trim_message(&long);
+        assert!(t.len() < long.len() && t.ends_with("(truncated)"));
+    }
+}

@@ -1,0 +1,287 @@
+//! The parts of a run shared by the apply path and the deletion path: reading the progress,
+//! preparing the runner, and ending a run (success, failure, cleanup, requeue).
+
+use std::time::Duration;
+
+use super::model::{Decision, Outcome, Snapshot, Step, StepFailure, StepKind};
+use super::timing::{backoff, retries_exhausted};
+use crate::api::{ForceUnlock, LockStatus, TerraformStatus, annotations};
+use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
+use crate::ports::Revision;
+
+/// What the progress says about one step.
+pub(super) enum Got<'a> {
+    /// Not done yet in this run.
+    Todo,
+    /// Succeeded, at this time.
+    Ok(&'a Outcome, jiff::Timestamp),
+    /// Failed.
+    Failed(&'a StepFailure),
+}
+
+/// How a run goes on after a phase.
+pub(super) enum Flow<T> {
+    /// The phase is complete; here is what it produced.
+    Go(T),
+    /// The run stops here (for now).
+    Stop(Stop),
+}
+
+/// Why a run stops.
+pub(super) enum Stop {
+    /// This step is next.
+    Next(Step),
+    /// The run is over.
+    End(End),
+}
+
+/// How a run ended.
+pub(super) enum End {
+    /// Everything asked for was done (including waiting for approval, and reported drift).
+    Success,
+    /// A step failed.
+    Failed(StepFailure),
+    /// Blocked before any work, without counting as a failure (dependencies, dependants):
+    /// nothing is marked handled, and the check repeats after `retryInterval`.
+    Waiting,
+    /// The object can make no progress until a human changes it (invalid spec).
+    Stalled,
+}
+
+/// A run being decided: the snapshot, the status built so far, and the durations in force.
+pub(super) struct Run<'a> {
+    pub s: &'a Snapshot,
+    pub st: TerraformStatus,
+    pub retry_interval: Duration,
+    pub interval: Duration,
+}
+
+/// Unwraps a [`Flow`], or returns the decision for its stop.
+macro_rules! go {
+    ($run:ident, $flow:expr) => {
+        match $flow {
+            $crate::reconcile::flow::Flow::Go(v) => v,
+            $crate::reconcile::flow::Flow::Stop(stop) => return $run.finish(stop),
+        }
+    };
+}
+pub(super) use go;
+
+impl<'a> Run<'a> {
+    pub fn new(s: &'a Snapshot, retry_interval: Duration, interval: Duration) -> Self {
+        Self {
+            s,
+            st: s.object.status.clone(),
+            retry_interval,
+            interval,
+        }
+    }
+
+    pub fn generation(&self) -> i64 {
+        self.s.object.metadata.generation
+    }
+
+    /// The status at the start of the run.
+    pub fn start(&self) -> &'a TerraformStatus {
+        &self.s.object.status
+    }
+
+    pub fn got(&self, step: StepKind) -> Got<'a> {
+        match self.s.progress.latest(step) {
+            None => Got::Todo,
+            Some(r) => match &r.result {
+                Ok(o) => Got::Ok(o, r.at),
+                Err(f) => Got::Failed(f),
+            },
+        }
+    }
+
+    pub fn set(&mut self, kind: ConditionType, status: ConditionStatus, reason: Reason, message: impl Into<String>) {
+        let generation = self.generation();
+        conditions::set(&mut self.st.conditions, kind, status, reason, message, generation, self.s.now);
+    }
+
+    pub fn remove(&mut self, kind: ConditionType) {
+        conditions::remove(&mut self.st.conditions, kind);
+    }
+
+    /// Runs `step` unless it is done; on success gives its outcome and time.
+    pub fn need(&self, step: Step) -> Flow<(&'a Outcome, jiff::Timestamp)> {
+        match self.got(step.kind()) {
+            Got::Todo => Flow::Stop(Stop::Next(step)),
+            Got::Failed(f) => Flow::Stop(Stop::End(End::Failed(f.clone()))),
+            Got::Ok(o, at) => Flow::Go((o, at)),
+        }
+    }
+
+    /// Source, runner, setup, and a requested lock release: what every run that executes
+    /// Terraform needs first.
+    pub fn prepare(&mut self) -> Flow<Revision> {
+        let revision = match self.need(Step::ResolveSource) {
+            Flow::Go((Outcome::Resolved(r), _)) => r.clone(),
+            Flow::Go(_) => return unexpected(StepKind::ResolveSource),
+            Flow::Stop(s) => return Flow::Stop(s),
+        };
+        self.st.last_attempted_revision = Some(revision.to_string());
+        if let Flow::Stop(s) = self.need(Step::FetchSource) {
+            return Flow::Stop(s);
+        }
+        match self.need(Step::StartRunner) {
+            Flow::Go((Outcome::RunnerStarted { binary }, _)) => self.st.binary = Some(binary.clone()),
+            Flow::Go(_) => return unexpected(StepKind::StartRunner),
+            Flow::Stop(s) => return Flow::Stop(s),
+        }
+        if let Flow::Stop(s) = self.need(Step::Setup) {
+            return Flow::Stop(s);
+        }
+        if self.s.progress.succeeded(StepKind::ForceUnlock) {
+            self.st.lock = LockStatus::default();
+            self.remove(ConditionType::StateLocked);
+        } else if let Some(lock_id) = self.unlock_requested() {
+            return match self.got(StepKind::ForceUnlock) {
+                Got::Failed(f) => Flow::Stop(Stop::End(End::Failed(f.clone()))),
+                _ => Flow::Stop(Stop::Next(Step::ForceUnlock { lock_id })),
+            };
+        }
+        Flow::Go(revision)
+    }
+
+    /// The lock id a user asked to release, if it is the lock that stopped the last run.
+    fn unlock_requested(&self) -> Option<String> {
+        let pending = &self.start().lock.pending;
+        if pending.is_empty() {
+            return None;
+        }
+        let object = &self.s.object;
+        let by_annotation = object.annotation(annotations::FORCE_UNLOCK) == Some(pending.as_str());
+        let by_spec = object.spec.tfstate.force_unlock == ForceUnlock::Yes
+            && object.spec.tfstate.lock_identifier == *pending;
+        (by_annotation || by_spec).then(|| pending.clone())
+    }
+
+    /// Turns a stop into the decision: the next step, or the end of the run.
+    pub fn finish(self, stop: Stop) -> Decision {
+        match stop {
+            Stop::Next(step) => self.next(step),
+            Stop::End(end) => self.end(end),
+        }
+    }
+
+    pub fn next(self, step: Step) -> Decision {
+        Decision {
+            step,
+            status: self.st,
+        }
+    }
+
+    /// Ends the run: records the result, cleans the runner up, and says when to come back.
+    pub fn end(mut self, end: End) -> Decision {
+        let requeue = match end {
+            End::Success => {
+                self.st.reconciliation_failures = 0;
+                if self.is_stalled_by(Reason::RetryLimitReached) || self.is_stalled_by(Reason::InvalidSpec) {
+                    self.remove(ConditionType::Stalled);
+                }
+                Some(self.interval)
+            }
+            End::Failed(failure) => {
+                if let Some(decision) = self.auto_unlock(&failure) {
+                    return decision;
+                }
+                self.record_failure(failure)
+            }
+            End::Waiting => {
+                // Nothing was attempted: keep the start's bookkeeping so the trigger stays due.
+                let ready = conditions::find(&self.st.conditions, ConditionType::Ready).cloned();
+                let mut st = self.start().clone();
+                st.conditions.retain(|c| c.type_ != ConditionType::Ready.as_str());
+                st.conditions.extend(ready);
+                return Decision {
+                    step: Step::Done {
+                        requeue_after: Some(self.retry_interval),
+                    },
+                    status: st,
+                };
+            }
+            End::Stalled => None,
+        };
+        let runner_up = self.s.progress.succeeded(StepKind::StartRunner);
+        if runner_up && !self.s.progress.attempted(StepKind::Cleanup) {
+            return self.next(Step::Cleanup);
+        }
+        self.st.observed_generation = self.generation();
+        self.st.last_run_at = Some(self.s.now);
+        self.remove(ConditionType::Reconciling);
+        self.next(Step::Done {
+            requeue_after: requeue,
+        })
+    }
+
+    fn is_stalled_by(&self, reason: Reason) -> bool {
+        conditions::find(&self.st.conditions, ConditionType::Stalled)
+            .is_some_and(|c| c.reason == reason.as_str())
+    }
+
+    /// With `forceUnlock: auto`, a lock that stops a step is released once per run and the
+    /// step runs again.
+    fn auto_unlock(&self, failure: &StepFailure) -> Option<Decision> {
+        let (lock_id, _) = failure.lock.as_ref()?;
+        let auto = self.s.object.spec.tfstate.force_unlock == ForceUnlock::Auto;
+        let can = self.s.progress.succeeded(StepKind::Setup)
+            && !self.s.progress.attempted(StepKind::ForceUnlock);
+        (auto && can).then(|| Decision {
+            step: Step::ForceUnlock {
+                lock_id: lock_id.clone(),
+            },
+            status: self.st.clone(),
+        })
+    }
+
+    fn record_failure(&mut self, failure: StepFailure) -> Option<Duration> {
+        let failures = self.start().reconciliation_failures.saturating_add(1);
+        self.st.reconciliation_failures = failures;
+        if let Some((lock_id, holder)) = &failure.lock {
+            self.st.lock = LockStatus {
+                pending: lock_id.clone(),
+                holder: holder.clone(),
+            };
+            self.set(
+                ConditionType::StateLocked,
+                ConditionStatus::True,
+                Reason::LockHeld,
+                format!("state is locked by {holder} (lock id {lock_id}); release it with the force-unlock action if that holder is gone"),
+            );
+        }
+        if retries_exhausted(&self.s.object, failures) {
+            let message = format!(
+                "gave up after {failures} failed runs (spec.remediation.retries = {}); last: {}: {}. Change the spec or set the {} annotation to try again",
+                self.s.object.spec.remediation.retries,
+                failure.reason,
+                failure.message,
+                annotations::RECONCILE
+            );
+            self.set(ConditionType::Ready, ConditionStatus::False, Reason::RetryLimitReached, message.clone());
+            self.set(ConditionType::Stalled, ConditionStatus::True, Reason::RetryLimitReached, message);
+            None
+        } else {
+            let wait = backoff(self.retry_interval, self.interval, failures);
+            self.set(
+                ConditionType::Ready,
+                ConditionStatus::False,
+                failure.reason,
+                format!("{} (retry {failures} in {})", failure.message, crate::duration::format(wait)),
+            );
+            Some(wait)
+        }
+    }
+}
+
+fn unexpected<T>(step: StepKind) -> Flow<T> {
+    // The driver records exactly the outcome variant of each step; anything else is a bug in an
+    // embedder's driver, reported as a failure rather than a panic.
+    Flow::Stop(Stop::End(End::Failed(StepFailure {
+        reason: Reason::Progressing,
+        message: format!("internal error: unexpected outcome recorded for {step:?}"),
+        lock: None,
+    })))
+}

@@ -1,0 +1,310 @@
+//! The data the decision function reads and returns.
+
+use std::time::Duration;
+
+use crate::api::{InventoryEntry, ObjectKey, TerraformObject, TerraformStatus};
+use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
+use crate::ports::{PlanKind, PlanSummary, Revision};
+
+/// What the decision function sees.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// The object as it was when this run started (status included). Status writes made during
+    /// the run do not feed back: the status to write is always derived from this one plus
+    /// [`Snapshot::progress`], so deciding twice gives the same answer.
+    pub object: TerraformObject,
+    /// The objects named by `spec.dependsOn`, in order.
+    pub dependencies: Vec<DependencyState>,
+    /// The objects whose `dependsOn` names this one and that still exist.
+    pub dependants: Vec<ObjectKey>,
+    /// The steps performed so far in this run, with their outcomes.
+    pub progress: Progress,
+    /// The current time.
+    pub now: jiff::Timestamp,
+}
+
+/// A dependency as found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DependencyState {
+    /// Its key.
+    pub key: ObjectKey,
+    /// What was found, or `None` when it does not exist.
+    pub found: Option<DependencyView>,
+}
+
+/// The parts of a dependency the decision needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DependencyView {
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// `status.observedGeneration`.
+    pub observed_generation: i64,
+    /// Its `Ready` condition status, if any.
+    pub ready: Option<ConditionStatus>,
+    /// Its `Ready` condition reason, if any.
+    pub ready_reason: String,
+    /// Its source URL and path, to compare revisions of a shared source.
+    pub source_url: String,
+    /// Its last applied revision.
+    pub last_applied_revision: Option<String>,
+}
+
+impl DependencyView {
+    /// The view of a `Terraform` object.
+    pub fn of(object: &TerraformObject) -> Self {
+        let ready = conditions::find(&object.status.conditions, ConditionType::Ready);
+        Self {
+            generation: object.metadata.generation,
+            observed_generation: object.status.observed_generation,
+            ready: ready.map(|c| c.status),
+            ready_reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
+            source_url: object.spec.source_ref.url.clone(),
+            last_applied_revision: object.status.last_applied_revision.clone(),
+        }
+    }
+
+    /// Ready at its current generation.
+    pub fn is_ready(&self) -> bool {
+        self.ready == Some(ConditionStatus::True) && self.observed_generation >= self.generation
+    }
+}
+
+/// One thing to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Add tfops' finalizer to the object.
+    AddFinalizer,
+    /// Resolve the source revision.
+    ResolveSource,
+    /// Fetch and archive the resolved revision.
+    FetchSource,
+    /// Start (or reuse) the runner and connect.
+    StartRunner,
+    /// Resolve inputs, upload the archive, write files, `init`, select the workspace.
+    Setup,
+    /// Release the state lock with this id.
+    ForceUnlock {
+        /// The lock id.
+        lock_id: String,
+    },
+    /// A refresh-only plan to detect drift.
+    DetectDrift,
+    /// Plan (and show, and store the plan under `plan_id` when it has changes).
+    Plan {
+        /// Normal or destroy.
+        kind: PlanKind,
+        /// The id the plan is stored and approved under.
+        plan_id: String,
+        /// Made to correct drift.
+        drift: bool,
+    },
+    /// Apply the plan just made.
+    Apply,
+    /// Read outputs and inventory; write the outputs Secret if asked.
+    Outputs,
+    /// Run the health checks.
+    HealthChecks,
+    /// Destroy every resource (deletion with `destroyResourcesOnDeletion`).
+    Destroy,
+    /// End the runner session (delete the Pod unless it is kept).
+    Cleanup,
+    /// Delete the stored plan and the outputs Secret.
+    DeletePlansAndOutputs,
+    /// Delete the state (only with `tfstate.deleteOnDestroy`, after a successful destroy).
+    DeleteState,
+    /// Remove tfops' finalizer: the object may go.
+    RemoveFinalizer,
+    /// Nothing more now; come back after this long (`None`: only on a change).
+    Done {
+        /// When to reconcile again without an event.
+        requeue_after: Option<Duration>,
+    },
+}
+
+impl Step {
+    /// The kind of step, without its data.
+    pub fn kind(&self) -> StepKind {
+        match self {
+            Step::AddFinalizer => StepKind::AddFinalizer,
+            Step::ResolveSource => StepKind::ResolveSource,
+            Step::FetchSource => StepKind::FetchSource,
+            Step::StartRunner => StepKind::StartRunner,
+            Step::Setup => StepKind::Setup,
+            Step::ForceUnlock { .. } => StepKind::ForceUnlock,
+            Step::DetectDrift => StepKind::DetectDrift,
+            Step::Plan { .. } => StepKind::Plan,
+            Step::Apply => StepKind::Apply,
+            Step::Outputs => StepKind::Outputs,
+            Step::HealthChecks => StepKind::HealthChecks,
+            Step::Destroy => StepKind::Destroy,
+            Step::Cleanup => StepKind::Cleanup,
+            Step::DeletePlansAndOutputs => StepKind::DeletePlansAndOutputs,
+            Step::DeleteState => StepKind::DeleteState,
+            Step::RemoveFinalizer => StepKind::RemoveFinalizer,
+            Step::Done { .. } => StepKind::Done,
+        }
+    }
+}
+
+/// The kinds of [`Step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[allow(missing_docs)] // one-to-one with `Step`'s documented variants
+pub enum StepKind {
+    AddFinalizer,
+    ResolveSource,
+    FetchSource,
+    StartRunner,
+    Setup,
+    ForceUnlock,
+    DetectDrift,
+    Plan,
+    Apply,
+    Outputs,
+    HealthChecks,
+    Destroy,
+    Cleanup,
+    DeletePlansAndOutputs,
+    DeleteState,
+    RemoveFinalizer,
+    Done,
+}
+
+/// A failed step as the user will see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepFailure {
+    /// The condition reason.
+    pub reason: Reason,
+    /// The message (Terraform's diagnostic, trimmed, where it comes from Terraform).
+    pub message: String,
+    /// The lock that stopped it, as (lock id, holder).
+    pub lock: Option<(String, String)>,
+}
+
+/// What a successful step produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The finalizer was added.
+    FinalizerAdded,
+    /// The source resolved to this revision.
+    Resolved(Revision),
+    /// The archive was built; its SHA-256.
+    Fetched {
+        /// Hex SHA-256 of the archive.
+        sha256: String,
+    },
+    /// The runner is up.
+    RunnerStarted {
+        /// Binary and version.
+        binary: String,
+    },
+    /// Setup, init and workspace selection succeeded.
+    SetUp,
+    /// The lock was released.
+    Unlocked,
+    /// The refresh-only plan ran.
+    DriftChecked {
+        /// What drifted (empty: no drift).
+        drifted: Vec<String>,
+    },
+    /// A plan was made.
+    Planned {
+        /// Whether it changes anything.
+        has_changes: bool,
+        /// Change counts.
+        summary: PlanSummary,
+    },
+    /// The plan was applied.
+    Applied,
+    /// Outputs and inventory were read (and written).
+    OutputsRead {
+        /// Output names.
+        names: Vec<String>,
+        /// Resources in the state.
+        inventory: Vec<InventoryEntry>,
+        /// Whether the outputs Secret was written.
+        written: bool,
+    },
+    /// Every health check passed.
+    HealthChecked,
+    /// Resources were destroyed.
+    Destroyed,
+    /// The runner session ended.
+    CleanedUp,
+    /// Plans and outputs were deleted.
+    PlansAndOutputsDeleted,
+    /// The state was deleted.
+    StateDeleted,
+    /// The finalizer was removed.
+    FinalizerRemoved,
+}
+
+/// One performed step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Which step.
+    pub step: StepKind,
+    /// When it finished.
+    pub at: jiff::Timestamp,
+    /// What it gave.
+    pub result: Result<Outcome, StepFailure>,
+}
+
+/// The steps performed so far in a run, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The records, oldest first.
+    pub records: Vec<Record>,
+}
+
+impl Progress {
+    /// Appends a record.
+    pub fn push(&mut self, step: StepKind, at: jiff::Timestamp, result: Result<Outcome, StepFailure>) {
+        self.records.push(Record { step, at, result });
+    }
+
+    /// Nothing was done yet in this run.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The latest record of `step` that still counts. A failure caused by a state lock no
+    /// longer counts once the lock was released later in the run: the step is due again.
+    pub fn latest(&self, step: StepKind) -> Option<&Record> {
+        let (index, record) = self
+            .records
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, r)| r.step == step)?;
+        let locked = matches!(&record.result, Err(f) if f.lock.is_some());
+        let unlocked_after = self.records[index + 1..]
+            .iter()
+            .any(|r| r.step == StepKind::ForceUnlock && r.result.is_ok());
+        if locked && unlocked_after {
+            None
+        } else {
+            Some(record)
+        }
+    }
+
+    /// Whether `step` was attempted at all in this run (successfully or not).
+    pub fn attempted(&self, step: StepKind) -> bool {
+        self.records.iter().any(|r| r.step == step)
+    }
+
+    /// Whether `step` succeeded in this run.
+    pub fn succeeded(&self, step: StepKind) -> bool {
+        self.records
+            .iter()
+            .any(|r| r.step == step && r.result.is_ok())
+    }
+}
+
+/// The next step and the status to write before taking it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// What to do next.
+    pub step: Step,
+    /// The status as it should be now.
+    pub status: TerraformStatus,
+}

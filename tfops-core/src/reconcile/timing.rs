@@ -1,0 +1,107 @@
+//! When a run is due: triggers, intervals and retry backoff. Time is always a parameter.
+
+use std::time::Duration;
+
+use crate::api::{TerraformObject, ValidSpec, annotations};
+
+/// Why a run starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// `metadata.generation` differs from `status.observedGeneration` (a spec change, or the
+    /// first run).
+    NewGeneration,
+    /// The `infra.argocd.io/reconcile` annotation has a value not yet handled.
+    ReconcileRequested,
+    /// The `infra.argocd.io/replan` annotation has a value not yet handled.
+    ReplanRequested,
+    /// The last run failed and its backoff elapsed.
+    Retry,
+    /// `spec.interval` elapsed since the last run.
+    Interval,
+}
+
+/// The delay before the retry after `failures` consecutive failures: `retry_interval` doubled
+/// per further failure, capped at the larger of `interval` and `retry_interval`.
+pub fn backoff(retry_interval: Duration, interval: Duration, failures: i64) -> Duration {
+    let cap = interval.max(retry_interval);
+    let doublings = (failures - 1).clamp(0, 31) as u32;
+    retry_interval
+        .checked_mul(1u32 << doublings)
+        .unwrap_or(cap)
+        .min(cap)
+}
+
+/// Whether `failures` consecutive failures exhaust `spec.remediation.retries`.
+pub fn retries_exhausted(object: &TerraformObject, failures: i64) -> bool {
+    let retries = object.spec.remediation.retries;
+    retries >= 0 && failures > retries
+}
+
+/// The time elapsed from `since` to `now` (zero if `now` is earlier).
+pub fn elapsed(since: jiff::Timestamp, now: jiff::Timestamp) -> Duration {
+    let ms = now.as_millisecond().saturating_sub(since.as_millisecond());
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// Whether a run is due now, and why; otherwise when it will be (`None`: only after a change
+/// by a human, when retries are exhausted).
+///
+/// Only spec generation, tfops' own annotations and time start runs: a status-only update never
+/// does, because every status field read here is written by tfops at the end of a run.
+pub fn due(
+    object: &TerraformObject,
+    spec: &ValidSpec,
+    now: jiff::Timestamp,
+) -> Result<Trigger, Option<Duration>> {
+    let status = &object.status;
+    if object.metadata.generation != status.observed_generation {
+        return Ok(Trigger::NewGeneration);
+    }
+    if let Some(v) = object.annotation(annotations::RECONCILE)
+        && status.last_handled_reconcile_at.as_deref() != Some(v)
+    {
+        return Ok(Trigger::ReconcileRequested);
+    }
+    if let Some(v) = object.annotation(annotations::REPLAN)
+        && status.last_handled_replan_at.as_deref() != Some(v)
+    {
+        return Ok(Trigger::ReplanRequested);
+    }
+    let Some(last) = status.last_run_at else {
+        return Ok(Trigger::Interval);
+    };
+    let (wait, trigger) = if status.reconciliation_failures > 0 {
+        if retries_exhausted(object, status.reconciliation_failures) {
+            return Err(None);
+        }
+        let wait = backoff(
+            spec.retry_interval,
+            spec.interval,
+            status.reconciliation_failures,
+        );
+        (wait, Trigger::Retry)
+    } else {
+        (spec.interval, Trigger::Interval)
+    };
+    let since = elapsed(last, now);
+    if since >= wait {
+        Ok(trigger)
+    } else {
+        Err(Some(wait - since))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_interval() {
+        let (r, i) = (Duration::from_secs(15), Duration::from_secs(600));
+        let got: Vec<u64> = (1..=8).map(|f| backoff(r, i, f).as_secs()).collect();
+        assert_eq!(got, vec![15, 30, 60, 120, 240, 480, 600, 600]);
+        assert_eq!(backoff(r, i, i64::MAX), i);
+        // A retry interval above the interval is used as is.
+        assert_eq!(backoff(Duration::from_secs(900), i, 3).as_secs(), 900);
+    }
+}
