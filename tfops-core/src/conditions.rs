@@ -43,7 +43,10 @@ impl Condition {
 
     /// The typed reason, if known to this version.
     pub fn reason_code(&self) -> Option<Reason> {
-        Reason::ALL.iter().copied().find(|r| r.as_str() == self.reason)
+        Reason::ALL
+            .iter()
+            .copied()
+            .find(|r| r.as_str() == self.reason)
     }
 }
 
@@ -268,15 +271,24 @@ pub fn health(object: &TerraformObject) -> Health {
     let message = ready.map(|c| c.message.clone()).unwrap_or_default();
     let h = |status, message: String| Health { status, message };
     if object.spec.suspend || ready.is_some_and(|c| c.reason == Reason::Suspended.as_str()) {
-        return h(HealthStatus::Suspended, "reconciliation is suspended".into());
+        return h(
+            HealthStatus::Suspended,
+            "reconciliation is suspended".into(),
+        );
     }
     let Some(ready) = ready else {
-        return h(HealthStatus::Progressing, "waiting for the first reconciliation".into());
+        return h(
+            HealthStatus::Progressing,
+            "waiting for the first reconciliation".into(),
+        );
     };
     if object.status.observed_generation < object.metadata.generation
         && ready.status != ConditionStatus::Unknown
     {
-        return h(HealthStatus::Progressing, "a new generation is being reconciled".into());
+        return h(
+            HealthStatus::Progressing,
+            "a new generation is being reconciled".into(),
+        );
     }
     match ready.status {
         ConditionStatus::True => h(HealthStatus::Healthy, message),

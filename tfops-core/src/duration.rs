@@ -110,7 +110,10 @@ mod tests {
     fn rejects_what_go_rejects() {
         assert_eq!(parse(""), Err(DurationError::Empty));
         assert_eq!(parse("5"), Err(DurationError::BadUnit(String::new())));
-        assert_eq!(parse("5 minutes"), Err(DurationError::BadUnit(" minutes".into())));
+        assert_eq!(
+            parse("5 minutes"),
+            Err(DurationError::BadUnit(" minutes".into()))
+        );
         assert_eq!(parse("-5m"), Err(DurationError::Negative));
         assert_eq!(parse("m"), Err(DurationError::ExpectedNumber(0)));
         assert_eq!(parse("1e400h"), Err(DurationError::BadUnit("e".into())));

@@ -122,7 +122,9 @@ pub fn is_plan_id(id: &str) -> bool {
     };
     id.len() <= MAX_LABEL
         && sha.len() == PLAN_ID_SHA_LEN
-        && sha.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && sha
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         && is_label_value(reference)
 }
 
@@ -140,7 +142,10 @@ pub fn is_label_value(s: &str) -> bool {
 
 /// Whether `s` is a DNS-1123 subdomain (an object name).
 pub fn is_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= MAX_NAME && s.split('.').all(|part| is_label_value(part) && !part.contains('.'))
+    !s.is_empty()
+        && s.len() <= MAX_NAME
+        && s.split('.')
+            .all(|part| is_label_value(part) && !part.contains('.'))
 }
 
 #[cfg(test)]
@@ -151,9 +156,15 @@ mod tests {
     fn derived_names_follow_the_seed() {
         assert_eq!(runner_pod_name("vpc"), "vpc-tf-runner");
         assert_eq!(state_secret_name("default", "vpc"), "tfstate-default-vpc");
-        assert_eq!(state_lease_name("default", "vpc"), "lock-tfstate-default-vpc");
+        assert_eq!(
+            state_lease_name("default", "vpc"),
+            "lock-tfstate-default-vpc"
+        );
         assert_eq!(plan_secret_name("default", "vpc"), "tfplan-default-vpc");
-        assert_eq!(readable_plan_name("default", "vpc"), "tfplan-default-vpc-readable");
+        assert_eq!(
+            readable_plan_name("default", "vpc"),
+            "tfplan-default-vpc-readable"
+        );
         assert_eq!(
             plan_id("main", "0123456789abcdef0123456789abcdef01234567"),
             "plan-main-0123456789"
@@ -177,7 +188,13 @@ mod tests {
         assert!(is_plan_id(&id));
         let long = plan_id(&"release-".repeat(20), "0123456789abcdef");
         assert!(long.len() <= MAX_LABEL && is_plan_id(&long), "{long}");
-        for bad in ["plan-main", "plan--0123456789", "main-0123456789", "plan-main-012345678g", "plan-Main-0123456789"] {
+        for bad in [
+            "plan-main",
+            "plan--0123456789",
+            "main-0123456789",
+            "plan-main-012345678g",
+            "plan-Main-0123456789",
+        ] {
             assert!(!is_plan_id(bad), "{bad}");
         }
     }

@@ -98,8 +98,7 @@ impl std::fmt::Debug for Artifact {
 #[async_trait]
 pub trait SourcePort: Send + Sync {
     /// The current revision of the source (like `git ls-remote`, or an OCI manifest digest).
-    async fn resolve(&self, object: &ObjectKey, source: &SourceRef)
-    -> Result<Revision, PortError>;
+    async fn resolve(&self, object: &ObjectKey, source: &SourceRef) -> Result<Revision, PortError>;
     /// The tree at `revision`, filtered by `ignore` and archived.
     async fn fetch(
         &self,
@@ -129,7 +128,10 @@ impl std::fmt::Debug for ResolvedInputs {
                 "files",
                 &self.files.iter().map(|f| &f.path).collect::<Vec<_>>(),
             )
-            .field("cli_config", &self.cli_config.as_ref().map(|_| "<redacted>"))
+            .field(
+                "cli_config",
+                &self.cli_config.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }

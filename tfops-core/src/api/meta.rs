@@ -83,6 +83,9 @@ impl TerraformObject {
 
     /// Whether tfops' finalizer is present.
     pub fn has_finalizer(&self) -> bool {
-        self.metadata.finalizers.iter().any(|f| f == super::FINALIZER)
+        self.metadata
+            .finalizers
+            .iter()
+            .any(|f| f == super::FINALIZER)
     }
 }

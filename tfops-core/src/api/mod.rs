@@ -16,8 +16,12 @@ mod validate;
 mod vars;
 
 pub use meta::{ObjectKey, ObjectMeta, TerraformObject};
-pub use outputs::{HealthCheck, HealthCheckType, TemplateError, WriteOutputsToSecret, render_template};
-pub use runner::{Binary, EnvVar, KubeValue, PodMetadata, PodTemplate, PodTemplateSpec, RunnerSpec};
+pub use outputs::{
+    HealthCheck, HealthCheckType, TemplateError, WriteOutputsToSecret, render_template,
+};
+pub use runner::{
+    Binary, EnvVar, KubeValue, PodMetadata, PodTemplate, PodTemplateSpec, RunnerSpec,
+};
 pub use source::{SourceKind, SourceRef, SourceRevisionRef};
 pub use spec::{ApprovePlan, DependsOn, DriftAction, Remediation, TerraformSpec};
 pub use state::{BackendConfig, ForceUnlock, TfstateSpec};
@@ -40,10 +44,14 @@ pub const KIND: &str = "Terraform";
 ///
 /// | action | edit |
 /// | --- | --- |
-/// | approve | `spec.approvePlan: <status.plan.pending>`, or the [`APPROVE`] annotation with that id |
+/// | approve | `spec.approvePlan: <status.plan.pending>`, or the [`APPROVE`] annotation with that id plus a new [`RECONCILE`] value |
 /// | re-plan | [`REPLAN`] set to a new value (a timestamp): a fresh plan even when nothing changed |
 /// | suspend / resume | `spec.suspend: true` / `false` |
-/// | force-unlock | [`FORCE_UNLOCK`] set to `status.lock.pending` (or `spec.tfstate.forceUnlock: yes` with `lockIdentifier`) |
+/// | force-unlock | [`FORCE_UNLOCK`] set to `status.lock.pending` plus a new [`RECONCILE`] value (or `spec.tfstate.forceUnlock: yes` with `lockIdentifier`) |
+///
+/// An approval counts only for a plan that was pending before it was given, made from the same
+/// spec (apart from `approvePlan`): plan ids name a source revision, so this is what keeps an
+/// old approval from applying a newer plan of the same revision that nobody reviewed.
 /// | reconcile now | [`RECONCILE`] set to a new value (a timestamp) |
 pub mod annotations {
     /// Any new value requests a run now; the handled value is kept in
@@ -53,11 +61,11 @@ pub mod annotations {
     /// shortcut) and replaces a pending plan; the handled value is kept in
     /// `status.lastHandledReplanAt`.
     pub const REPLAN: &str = "infra.argocd.io/replan";
-    /// A plan id: approves that plan exactly like `spec.approvePlan` does, without editing the
-    /// spec that Git (and Argo CD's self-heal) owns. `spec.approvePlan`, when set, wins.
+    /// A plan id: approves that pending plan without editing the spec that Git (and Argo CD's
+    /// self-heal) owns. It counts on the run started by a new [`RECONCILE`] value set with it.
     pub const APPROVE: &str = "infra.argocd.io/approve";
     /// A lock id: releases the state lock with that id once (`terraform force-unlock`) when it
-    /// equals `status.lock.pending`.
+    /// equals `status.lock.pending`, on the next run (set a new [`RECONCILE`] value to run now).
     pub const FORCE_UNLOCK: &str = "infra.argocd.io/force-unlock";
 }
 

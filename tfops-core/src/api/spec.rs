@@ -162,6 +162,22 @@ impl Default for Remediation {
     }
 }
 
+impl TerraformSpec {
+    /// A digest of everything in the spec but `approvePlan`: what a plan was made from.
+    pub fn digest_without_approval(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut spec = self.clone();
+        spec.approve_plan.clear();
+        // Serializing plain data (maps are BTreeMaps) cannot fail and is deterministic.
+        let bytes = serde_json::to_vec(&spec).unwrap_or_default();
+        Sha256::digest(&bytes)
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
 /// What `spec.approvePlan` means.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApprovePlan {

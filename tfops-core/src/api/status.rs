@@ -75,6 +75,15 @@ pub struct PlanStatus {
     /// The pending plan was made to correct drift.
     #[serde(default)]
     pub is_drift_detection_plan: bool,
+    /// The generation at which the pending plan was made. A `spec.approvePlan` approval counts
+    /// only from a later generation, so an approval written before the plan existed (or left
+    /// over from an earlier plan of the same revision) never applies a plan nobody saw.
+    #[serde(default)]
+    pub pending_generation: i64,
+    /// A digest of the spec (without `approvePlan`) the pending plan was made from. Any other
+    /// spec edit makes a new plan that must be approved again, even with the same plan id.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pending_spec_digest: String,
 }
 
 /// A state lock that stopped a run.

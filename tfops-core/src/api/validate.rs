@@ -150,7 +150,10 @@ impl Checker {
             }
             Ok(d) => Some(d),
             Err(e) => {
-                self.problem(field, format!("{text:?} is not a duration ({e}); write e.g. 30s, 5m or 1h"));
+                self.problem(
+                    field,
+                    format!("{text:?} is not a duration ({e}); write e.g. 30s, 5m or 1h"),
+                );
                 None
             }
         }
@@ -185,7 +188,10 @@ fn check_source(c: &mut Checker, spec: &TerraformSpec) {
         let names: Vec<_> = set.iter().map(|(n, _)| *n).collect();
         c.problem(
             "spec.sourceRef.ref",
-            format!("set only one of branch, tag, semver, commit, digest (found {})", names.join(", ")),
+            format!(
+                "set only one of branch, tag, semver, commit, digest (found {})",
+                names.join(", ")
+            ),
         );
     }
     for (name, value) in &set {
@@ -320,9 +326,15 @@ fn check_vars(c: &mut Checker, spec: &TerraformSpec) {
     for (i, v) in spec.vars.iter().enumerate() {
         let field = format!("spec.vars[{i}]");
         if !is_identifier(&v.name) {
-            c.problem(&format!("{field}.name"), format!("{:?} is not a Terraform variable name", v.name));
+            c.problem(
+                &format!("{field}.name"),
+                format!("{:?} is not a Terraform variable name", v.name),
+            );
         } else if !seen.insert(v.name.as_str()) {
-            c.problem(&format!("{field}.name"), format!("variable {:?} is set twice", v.name));
+            c.problem(
+                &format!("{field}.name"),
+                format!("variable {:?} is set twice", v.name),
+            );
         }
         match (&v.value, &v.value_from) {
             (Some(_), Some(_)) | (None, None) => {

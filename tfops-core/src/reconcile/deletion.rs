@@ -22,10 +22,14 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
     let valid = validate(&s.object);
     let (retry, interval) = valid
         .as_ref()
-        .map_or((FALLBACK_RETRY, FALLBACK_INTERVAL), |v| (v.retry_interval, v.interval));
+        .map_or((FALLBACK_RETRY, FALLBACK_INTERVAL), |v| {
+            (v.retry_interval, v.interval)
+        });
     let mut run = Run::new(s, retry, interval);
     if !s.object.has_finalizer() || s.progress.succeeded(StepKind::RemoveFinalizer) {
-        return run.next(Step::Done { requeue_after: None });
+        return run.next(Step::Done {
+            requeue_after: None,
+        });
     }
     if !s.dependants.is_empty() {
         let names: Vec<String> = s.dependants.iter().map(ToString::to_string).collect();
@@ -33,7 +37,10 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
             ConditionType::Ready,
             ConditionStatus::False,
             Reason::DeletionBlockedByDependants,
-            format!("deletion waits until these objects, which depend on this one, are gone: {}", names.join(", ")),
+            format!(
+                "deletion waits until these objects, which depend on this one, are gone: {}",
+                names.join(", ")
+            ),
         );
         return run.end(End::Waiting);
     }
@@ -45,43 +52,82 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
         let wait = backoff(retry, interval, start.reconciliation_failures);
         let since = elapsed(last, s.now);
         if since < wait {
-            return run.next(Step::Done { requeue_after: Some(wait - since) });
+            return run.next(Step::Done {
+                requeue_after: Some(wait - since),
+            });
         }
     }
-    run.set(ConditionType::Reconciling, ConditionStatus::True, Reason::Finalizing, "deleting");
+    run.set(
+        ConditionType::Reconciling,
+        ConditionStatus::True,
+        Reason::Finalizing,
+        "deleting",
+    );
     let destroy = s.object.spec.destroy_resources_on_deletion;
     if destroy {
         if let Err(e) = &valid {
             let message = format!(
                 "cannot destroy resources with an invalid spec ({e}); fix the spec, or set destroyResourcesOnDeletion: false to delete the object without destroying"
             );
-            run.set(ConditionType::Ready, ConditionStatus::False, Reason::InvalidSpec, message.clone());
-            run.set(ConditionType::Stalled, ConditionStatus::True, Reason::InvalidSpec, message);
+            run.set(
+                ConditionType::Ready,
+                ConditionStatus::False,
+                Reason::InvalidSpec,
+                message.clone(),
+            );
+            run.set(
+                ConditionType::Stalled,
+                ConditionStatus::True,
+                Reason::InvalidSpec,
+                message,
+            );
             return run.end(End::Stalled);
         }
-        run.set(ConditionType::Ready, ConditionStatus::Unknown, Reason::Finalizing, "destroying resources before deletion");
+        run.set(
+            ConditionType::Ready,
+            ConditionStatus::Unknown,
+            Reason::Finalizing,
+            "destroying resources before deletion",
+        );
         go!(run, run.prepare());
         match run.need(Step::Destroy) {
             Flow::Go(_) => {}
             Flow::Stop(Stop::End(End::Failed(f))) => {
-                run.set(ConditionType::Apply, ConditionStatus::False, f.reason, f.message.clone());
+                run.set(
+                    ConditionType::Apply,
+                    ConditionStatus::False,
+                    f.reason,
+                    f.message.clone(),
+                );
                 return run.end(End::Failed(f));
             }
             Flow::Stop(stop) => return run.finish(stop),
         }
         run.st.inventory.clear();
         run.st.available_outputs.clear();
-        run.set(ConditionType::Apply, ConditionStatus::True, Reason::TerraformDestroySucceed, "destroyed every resource before deletion");
+        run.set(
+            ConditionType::Apply,
+            ConditionStatus::True,
+            Reason::TerraformDestroySucceed,
+            "destroyed every resource before deletion",
+        );
         if !s.progress.attempted(StepKind::Cleanup) {
             return run.next(Step::Cleanup);
         }
     } else {
-        run.set(ConditionType::Ready, ConditionStatus::Unknown, Reason::Finalizing, "deleting (resources are kept: destroyResourcesOnDeletion is false)");
+        run.set(
+            ConditionType::Ready,
+            ConditionStatus::Unknown,
+            Reason::Finalizing,
+            "deleting (resources are kept: destroyResourcesOnDeletion is false)",
+        );
     }
     go!(run, run.need(Step::DeletePlansAndOutputs));
     if destroy && s.object.spec.tfstate.delete_on_destroy {
         go!(run, run.need(Step::DeleteState));
     }
     go!(run, run.need(Step::RemoveFinalizer));
-    run.next(Step::Done { requeue_after: None })
+    run.next(Step::Done {
+        requeue_after: None,
+    })
 }

@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::failure::{SubStep, failure};
-use super::model::{DependencyState, Outcome, Progress, Record, Snapshot, Step, StepFailure, StepKind};
 use super::decide;
+use super::failure::{SubStep, failure};
+use super::model::{
+    DependencyState, Outcome, Progress, Record, Snapshot, Step, StepFailure, StepKind,
+};
 use crate::api::{ObjectKey, TerraformObject, TerraformStatus, render_template, validate};
 use crate::conditions::{ConditionStatus, ConditionType};
 use crate::naming;
@@ -104,7 +106,9 @@ impl Driver {
         for _ in 0..self.max_steps {
             snapshot.now = self.ports.clock.now();
             let decision = decide(&snapshot);
-            if decision.status != written {
+            // Once the finalizer is gone the object may be gone too: nothing left to write.
+            let released = snapshot.progress.succeeded(StepKind::RemoveFinalizer);
+            if decision.status != written && !released {
                 self.ports
                     .objects
                     .write_status(&key, &decision.status)
@@ -129,7 +133,9 @@ impl Driver {
                 });
             }
             let kind = decision.step.kind();
-            let result = self.perform(&snapshot.object, decision.step, &mut state).await;
+            let result = self
+                .perform(&snapshot.object, decision.step, &mut state)
+                .await;
             if let (StepKind::Cleanup, Err(f)) = (kind, &result) {
                 self.warn(&key, f).await;
             }
@@ -158,14 +164,26 @@ impl Driver {
                 continue;
             }
             let before = old.conditions.iter().find(|o| o.type_ == c.type_);
-            if before.is_some_and(|b| b.status == c.status && b.reason == c.reason && b.message == c.message) {
+            if before.is_some_and(|b| {
+                b.status == c.status && b.reason == c.reason && b.message == c.message
+            }) {
                 continue;
             }
-            let Some(reason) = c.reason_code() else { continue };
+            let Some(reason) = c.reason_code() else {
+                continue;
+            };
             let abnormal = matches!(kind, ConditionType::StateLocked | ConditionType::Stalled);
-            let bad = if abnormal { c.status == ConditionStatus::True } else { c.status == ConditionStatus::False };
+            let bad = if abnormal {
+                c.status == ConditionStatus::True
+            } else {
+                c.status == ConditionStatus::False
+            };
             let event = Event {
-                event_type: if bad { EventType::Warning } else { EventType::Normal },
+                event_type: if bad {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
                 reason,
                 message: c.message.clone(),
             };
@@ -185,15 +203,31 @@ impl Driver {
         let spec = &object.spec;
         let p = &self.ports;
         match step {
-            Step::AddFinalizer => p.objects.add_finalizer(&key).await.map(|()| Outcome::FinalizerAdded).map_err(fail(SubStep::Whole)),
+            Step::AddFinalizer => p
+                .objects
+                .add_finalizer(&key)
+                .await
+                .map(|()| Outcome::FinalizerAdded)
+                .map_err(fail(SubStep::Whole)),
             Step::ResolveSource => {
-                let revision = p.source.resolve(&key, &spec.source_ref).await.map_err(fail(SubStep::Resolve))?;
+                let revision = p
+                    .source
+                    .resolve(&key, &spec.source_ref)
+                    .await
+                    .map_err(fail(SubStep::Resolve))?;
                 state.revision = Some(revision.clone());
                 Ok(Outcome::Resolved(revision))
             }
             Step::FetchSource => {
-                let revision = state.revision.as_ref().ok_or_else(|| fail(SubStep::Fetch)(missing("the resolved revision")))?;
-                let artifact = p.source.fetch(&key, &spec.source_ref, revision, spec.ignore.as_deref()).await.map_err(fail(SubStep::Fetch))?;
+                let revision = state
+                    .revision
+                    .as_ref()
+                    .ok_or_else(|| fail(SubStep::Fetch)(missing("the resolved revision")))?;
+                let artifact = p
+                    .source
+                    .fetch(&key, &spec.source_ref, revision, spec.ignore.as_deref())
+                    .await
+                    .map_err(fail(SubStep::Fetch))?;
                 let sha256 = artifact.sha256.clone();
                 state.artifact = Some(artifact);
                 Ok(Outcome::Fetched { sha256 })
@@ -205,29 +239,78 @@ impl Driver {
                 Ok(Outcome::RunnerStarted { binary })
             }
             Step::Setup => {
-                let inputs = p.inputs.resolve(object).await.map_err(fail(SubStep::Inputs))?;
-                let artifact = state.artifact.clone().ok_or_else(|| fail(SubStep::Upload)(missing("the source archive")))?;
-                let session = state.session.as_mut().ok_or_else(|| fail(SubStep::Upload)(missing("the runner")))?;
-                let request = SetupRequest { object: object.clone(), artifact, inputs };
-                session.setup(&request).await.map_err(fail(SubStep::Upload))?;
+                let inputs = p
+                    .inputs
+                    .resolve(object)
+                    .await
+                    .map_err(fail(SubStep::Inputs))?;
+                let artifact = state
+                    .artifact
+                    .clone()
+                    .ok_or_else(|| fail(SubStep::Upload)(missing("the source archive")))?;
+                let session = state
+                    .session
+                    .as_mut()
+                    .ok_or_else(|| fail(SubStep::Upload)(missing("the runner")))?;
+                let request = SetupRequest {
+                    object: object.clone(),
+                    artifact,
+                    inputs,
+                };
+                session
+                    .setup(&request)
+                    .await
+                    .map_err(fail(SubStep::Upload))?;
                 session.init().await.map_err(fail(SubStep::Init))?;
-                session.select_workspace(&spec.workspace).await.map_err(fail(SubStep::Workspace))?;
+                session
+                    .select_workspace(&spec.workspace)
+                    .await
+                    .map_err(fail(SubStep::Workspace))?;
                 Ok(Outcome::SetUp)
             }
             Step::ForceUnlock { lock_id } => {
-                let session = state.session.as_mut().ok_or_else(|| fail(SubStep::Unlock)(missing("the runner")))?;
-                session.force_unlock(&lock_id).await.map_err(fail(SubStep::Unlock))?;
+                let session = state
+                    .session
+                    .as_mut()
+                    .ok_or_else(|| fail(SubStep::Unlock)(missing("the runner")))?;
+                session
+                    .force_unlock(&lock_id)
+                    .await
+                    .map_err(fail(SubStep::Unlock))?;
                 Ok(Outcome::Unlocked)
             }
             Step::DetectDrift => {
-                let session = state.session.as_mut().ok_or_else(|| fail(SubStep::RefreshPlan)(missing("the runner")))?;
-                let request = PlanRequest { kind: PlanKind::RefreshOnly, targets: spec.targets.clone(), parallelism: spec.parallelism };
-                let plan = session.plan(&request).await.map_err(fail(SubStep::RefreshPlan))?;
-                Ok(Outcome::DriftChecked { drifted: plan.drifted })
+                let session = state
+                    .session
+                    .as_mut()
+                    .ok_or_else(|| fail(SubStep::RefreshPlan)(missing("the runner")))?;
+                let request = PlanRequest {
+                    kind: PlanKind::RefreshOnly,
+                    targets: spec.targets.clone(),
+                    parallelism: spec.parallelism,
+                };
+                let plan = session
+                    .plan(&request)
+                    .await
+                    .map_err(fail(SubStep::RefreshPlan))?;
+                Ok(Outcome::DriftChecked {
+                    drifted: plan.drifted,
+                })
             }
-            Step::Plan { kind: plan_kind, plan_id, drift } => {
-                let session = state.session.as_mut().ok_or_else(|| fail(SubStep::Plan)(missing("the runner")))?;
-                let request = PlanRequest { kind: plan_kind, targets: spec.targets.clone(), parallelism: spec.parallelism };
+            Step::Plan {
+                kind: plan_kind,
+                plan_id,
+                drift,
+            } => {
+                let session = state
+                    .session
+                    .as_mut()
+                    .ok_or_else(|| fail(SubStep::Plan)(missing("the runner")))?;
+                let request = PlanRequest {
+                    kind: plan_kind,
+                    targets: spec.targets.clone(),
+                    parallelism: spec.parallelism,
+                };
                 let plan = session.plan(&request).await.map_err(fail(SubStep::Plan))?;
                 if plan.has_changes {
                     let shown = session.show().await.map_err(fail(SubStep::Show))?;
@@ -238,38 +321,72 @@ impl Driver {
                         is_destroy: plan_kind == PlanKind::Destroy,
                         is_drift: drift,
                     };
-                    p.plans.save(&key, &spec.workspace, &stored).await.map_err(fail(SubStep::Store))?;
+                    p.plans
+                        .save(&key, &spec.workspace, &stored)
+                        .await
+                        .map_err(fail(SubStep::Store))?;
                 } else {
-                    p.plans.delete(&key, &spec.workspace).await.map_err(fail(SubStep::Store))?;
+                    p.plans
+                        .delete(&key, &spec.workspace)
+                        .await
+                        .map_err(fail(SubStep::Store))?;
                 }
-                Ok(Outcome::Planned { has_changes: plan.has_changes, summary: plan.summary })
+                Ok(Outcome::Planned {
+                    has_changes: plan.has_changes,
+                    summary: plan.summary,
+                })
             }
             Step::Apply => {
-                let session = state.session.as_mut().ok_or_else(|| fail(SubStep::Apply)(missing("the runner")))?;
+                let session = state
+                    .session
+                    .as_mut()
+                    .ok_or_else(|| fail(SubStep::Apply)(missing("the runner")))?;
                 session.apply().await.map_err(fail(SubStep::Apply))?;
                 Ok(Outcome::Applied)
             }
             Step::Outputs => {
-                let session = state.session.as_mut().ok_or_else(|| fail(SubStep::Output)(missing("the runner")))?;
+                let session = state
+                    .session
+                    .as_mut()
+                    .ok_or_else(|| fail(SubStep::Output)(missing("the runner")))?;
                 let outputs = session.outputs().await.map_err(fail(SubStep::Output))?;
-                let inventory = session.inventory().await.map_err(fail(SubStep::Inventory))?;
+                let inventory = session
+                    .inventory()
+                    .await
+                    .map_err(fail(SubStep::Inventory))?;
                 let written = match &spec.write_outputs_to_secret {
                     Some(target) => {
-                        p.outputs.write(&key, target, &outputs).await.map_err(fail(SubStep::WriteOutputs))?;
+                        p.outputs
+                            .write(&key, target, &outputs)
+                            .await
+                            .map_err(fail(SubStep::WriteOutputs))?;
                         true
                     }
                     None => false,
                 };
                 let names = outputs.keys().cloned().collect();
                 state.outputs = outputs;
-                Ok(Outcome::OutputsRead { names, inventory, written })
+                Ok(Outcome::OutputsRead {
+                    names,
+                    inventory,
+                    written,
+                })
             }
             Step::HealthChecks => {
-                let values: BTreeMap<String, serde_json::Value> =
-                    state.outputs.iter().map(|(k, v)| (k.clone(), v.value.clone())).collect();
-                let timeouts = validate(object).map(|v| v.health_check_timeouts).unwrap_or_default();
+                let values: BTreeMap<String, serde_json::Value> = state
+                    .outputs
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.value.clone()))
+                    .collect();
+                let timeouts = validate(object)
+                    .map(|v| v.health_check_timeouts)
+                    .unwrap_or_default();
                 for (i, check) in spec.health_checks.iter().enumerate() {
-                    let template = check.address.as_deref().or(check.url.as_deref()).unwrap_or_default();
+                    let template = check
+                        .address
+                        .as_deref()
+                        .or(check.url.as_deref())
+                        .unwrap_or_default();
                     let target = render_template(template, &values).map_err(|e| {
                         fail(SubStep::Health)(PortError::Invalid(format!("{}: {e}", check.name)))
                     })?;
@@ -280,13 +397,19 @@ impl Driver {
                         timeout: timeouts.get(i).copied().unwrap_or(Duration::from_secs(20)),
                     };
                     p.health.check(&resolved).await.map_err(|e| {
-                        fail(SubStep::Health)(PortError::Unavailable(format!("{} ({}): {e}", check.name, resolved.target)))
+                        fail(SubStep::Health)(PortError::Unavailable(format!(
+                            "{} ({}): {e}",
+                            check.name, resolved.target
+                        )))
                     })?;
                 }
                 Ok(Outcome::HealthChecked)
             }
             Step::Destroy => {
-                let session = state.session.as_mut().ok_or_else(|| fail(SubStep::Destroy)(missing("the runner")))?;
+                let session = state
+                    .session
+                    .as_mut()
+                    .ok_or_else(|| fail(SubStep::Destroy)(missing("the runner")))?;
                 session.destroy().await.map_err(fail(SubStep::Destroy))?;
                 Ok(Outcome::Destroyed)
             }
@@ -297,19 +420,31 @@ impl Driver {
                 Ok(Outcome::CleanedUp)
             }
             Step::DeletePlansAndOutputs => {
-                p.plans.delete(&key, &spec.workspace).await.map_err(fail(SubStep::Delete))?;
+                p.plans
+                    .delete(&key, &spec.workspace)
+                    .await
+                    .map_err(fail(SubStep::Delete))?;
                 if let Some(target) = &spec.write_outputs_to_secret {
-                    p.outputs.delete(&key, &target.name).await.map_err(fail(SubStep::Delete))?;
+                    p.outputs
+                        .delete(&key, &target.name)
+                        .await
+                        .map_err(fail(SubStep::Delete))?;
                 }
                 Ok(Outcome::PlansAndOutputsDeleted)
             }
             Step::DeleteState => {
                 let suffix = naming::state_secret_suffix(object);
-                p.state.delete_state(&key, &spec.workspace, &suffix).await.map_err(fail(SubStep::Delete))?;
+                p.state
+                    .delete_state(&key, &spec.workspace, &suffix)
+                    .await
+                    .map_err(fail(SubStep::Delete))?;
                 Ok(Outcome::StateDeleted)
             }
             Step::RemoveFinalizer => {
-                p.objects.remove_finalizer(&key).await.map_err(fail(SubStep::Delete))?;
+                p.objects
+                    .remove_finalizer(&key)
+                    .await
+                    .map_err(fail(SubStep::Delete))?;
                 Ok(Outcome::FinalizerRemoved)
             }
             Step::Done { .. } => Err(failure(kind, SubStep::Whole, &missing("a step"))),

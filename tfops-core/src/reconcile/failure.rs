@@ -136,24 +136,55 @@ mod tests {
     #[test]
     fn errors_map_to_the_reasons_users_know() {
         let tf = PortError::Terraform("Error: Invalid block".into());
-        assert_eq!(failure(StepKind::Plan, SubStep::Plan, &tf).reason, Reason::TFExecPlanFailed);
-        assert_eq!(failure(StepKind::Setup, SubStep::Init, &tf).reason, Reason::TFExecInitFailed);
         assert_eq!(
-            failure(StepKind::Setup, SubStep::Inputs, &PortError::NotFound("secret x".into())).reason,
+            failure(StepKind::Plan, SubStep::Plan, &tf).reason,
+            Reason::TFExecPlanFailed
+        );
+        assert_eq!(
+            failure(StepKind::Setup, SubStep::Init, &tf).reason,
+            Reason::TFExecInitFailed
+        );
+        assert_eq!(
+            failure(
+                StepKind::Setup,
+                SubStep::Inputs,
+                &PortError::NotFound("secret x".into())
+            )
+            .reason,
             Reason::VarsGenerationFailed
         );
         assert_eq!(
-            failure(StepKind::ResolveSource, SubStep::Resolve, &PortError::AccessDenied("401".into())).reason,
+            failure(
+                StepKind::ResolveSource,
+                SubStep::Resolve,
+                &PortError::AccessDenied("401".into())
+            )
+            .reason,
             Reason::AccessDenied
         );
         assert_eq!(
-            failure(StepKind::StartRunner, SubStep::Start, &PortError::QuotaExhausted("pods".into())).reason,
+            failure(
+                StepKind::StartRunner,
+                SubStep::Start,
+                &PortError::QuotaExhausted("pods".into())
+            )
+            .reason,
             Reason::RunnerQuotaExhausted
         );
-        let locked = PortError::StateLocked { lock_id: "abc".into(), holder: "ci".into() };
+        let locked = PortError::StateLocked {
+            lock_id: "abc".into(),
+            holder: "ci".into(),
+        };
         let f = failure(StepKind::Plan, SubStep::Plan, &locked);
-        assert_eq!((f.reason, f.lock), (Reason::LockHeld, Some(("abc".into(), "ci".into()))));
-        assert!(failure(StepKind::Apply, SubStep::Apply, &tf).message.contains("Invalid block"));
+        assert_eq!(
+            (f.reason, f.lock),
+            (Reason::LockHeld, Some(("abc".into(), "ci".into())))
+        );
+        assert!(
+            failure(StepKind::Apply, SubStep::Apply, &tf)
+                .message
+                .contains("Invalid block")
+        );
     }
 
     #[test]

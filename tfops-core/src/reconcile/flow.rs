@@ -96,9 +96,23 @@ impl<'a> Run<'a> {
         }
     }
 
-    pub fn set(&mut self, kind: ConditionType, status: ConditionStatus, reason: Reason, message: impl Into<String>) {
+    pub fn set(
+        &mut self,
+        kind: ConditionType,
+        status: ConditionStatus,
+        reason: Reason,
+        message: impl Into<String>,
+    ) {
         let generation = self.generation();
-        conditions::set(&mut self.st.conditions, kind, status, reason, message, generation, self.s.now);
+        conditions::set(
+            &mut self.st.conditions,
+            kind,
+            status,
+            reason,
+            message,
+            generation,
+            self.s.now,
+        );
     }
 
     pub fn remove(&mut self, kind: ConditionType) {
@@ -127,7 +141,9 @@ impl<'a> Run<'a> {
             return Flow::Stop(s);
         }
         match self.need(Step::StartRunner) {
-            Flow::Go((Outcome::RunnerStarted { binary }, _)) => self.st.binary = Some(binary.clone()),
+            Flow::Go((Outcome::RunnerStarted { binary }, _)) => {
+                self.st.binary = Some(binary.clone())
+            }
             Flow::Go(_) => return unexpected(StepKind::StartRunner),
             Flow::Stop(s) => return Flow::Stop(s),
         }
@@ -179,7 +195,9 @@ impl<'a> Run<'a> {
         let requeue = match end {
             End::Success => {
                 self.st.reconciliation_failures = 0;
-                if self.is_stalled_by(Reason::RetryLimitReached) || self.is_stalled_by(Reason::InvalidSpec) {
+                if self.is_stalled_by(Reason::RetryLimitReached)
+                    || self.is_stalled_by(Reason::InvalidSpec)
+                {
                     self.remove(ConditionType::Stalled);
                 }
                 Some(self.interval)
@@ -194,7 +212,8 @@ impl<'a> Run<'a> {
                 // Nothing was attempted: keep the start's bookkeeping so the trigger stays due.
                 let ready = conditions::find(&self.st.conditions, ConditionType::Ready).cloned();
                 let mut st = self.start().clone();
-                st.conditions.retain(|c| c.type_ != ConditionType::Ready.as_str());
+                st.conditions
+                    .retain(|c| c.type_ != ConditionType::Ready.as_str());
                 st.conditions.extend(ready);
                 return Decision {
                     step: Step::Done {
@@ -260,8 +279,18 @@ impl<'a> Run<'a> {
                 failure.message,
                 annotations::RECONCILE
             );
-            self.set(ConditionType::Ready, ConditionStatus::False, Reason::RetryLimitReached, message.clone());
-            self.set(ConditionType::Stalled, ConditionStatus::True, Reason::RetryLimitReached, message);
+            self.set(
+                ConditionType::Ready,
+                ConditionStatus::False,
+                Reason::RetryLimitReached,
+                message.clone(),
+            );
+            self.set(
+                ConditionType::Stalled,
+                ConditionStatus::True,
+                Reason::RetryLimitReached,
+                message,
+            );
             None
         } else {
             let wait = backoff(self.retry_interval, self.interval, failures);
@@ -269,7 +298,11 @@ impl<'a> Run<'a> {
                 ConditionType::Ready,
                 ConditionStatus::False,
                 failure.reason,
-                format!("{} (retry {failures} in {})", failure.message, crate::duration::format(wait)),
+                format!(
+                    "{} (retry {failures} in {})",
+                    failure.message,
+                    crate::duration::format(wait)
+                ),
             );
             Some(wait)
         }

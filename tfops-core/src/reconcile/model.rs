@@ -258,7 +258,12 @@ pub struct Progress {
 
 impl Progress {
     /// Appends a record.
-    pub fn push(&mut self, step: StepKind, at: jiff::Timestamp, result: Result<Outcome, StepFailure>) {
+    pub fn push(
+        &mut self,
+        step: StepKind,
+        at: jiff::Timestamp,
+        result: Result<Outcome, StepFailure>,
+    ) {
         self.records.push(Record { step, at, result });
     }
 

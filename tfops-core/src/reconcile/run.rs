@@ -23,7 +23,9 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
             "reconciliation is suspended (spec.suspend is true)",
         );
         run.remove(ConditionType::Reconciling);
-        return run.next(Step::Done { requeue_after: None });
+        return run.next(Step::Done {
+            requeue_after: None,
+        });
     }
     let started = s
         .progress
@@ -37,14 +39,24 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
             });
         }
         if let Some(message) = dependencies_not_ready(s) {
-            run.set(ConditionType::Ready, ConditionStatus::Unknown, Reason::DependencyNotReady, message);
+            run.set(
+                ConditionType::Ready,
+                ConditionStatus::Unknown,
+                Reason::DependencyNotReady,
+                message,
+            );
             return run.end(End::Waiting);
         }
     }
     mark_started(&mut run);
     let revision = go!(run, run.prepare());
     if let Some(message) = dependencies_behind(s, &revision) {
-        run.set(ConditionType::Ready, ConditionStatus::Unknown, Reason::DependencyNotReady, message);
+        run.set(
+            ConditionType::Ready,
+            ConditionStatus::Unknown,
+            Reason::DependencyNotReady,
+            message,
+        );
         // The runner may be up already; end without counting a failure, and check again soon.
         return run.finish(Stop::End(End::Waiting));
     }
@@ -56,8 +68,18 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
 fn invalid(s: &Snapshot, errors: &ValidationErrors) -> Decision {
     let mut run = Run::new(s, std::time::Duration::ZERO, std::time::Duration::ZERO);
     let message = format!("{errors}");
-    run.set(ConditionType::Ready, ConditionStatus::False, Reason::InvalidSpec, message.clone());
-    run.set(ConditionType::Stalled, ConditionStatus::True, Reason::InvalidSpec, message);
+    run.set(
+        ConditionType::Ready,
+        ConditionStatus::False,
+        Reason::InvalidSpec,
+        message.clone(),
+    );
+    run.set(
+        ConditionType::Stalled,
+        ConditionStatus::True,
+        Reason::InvalidSpec,
+        message,
+    );
     run.end(End::Stalled)
 }
 
@@ -69,9 +91,19 @@ fn mark_started(run: &mut Run<'_>) {
     } else {
         (Reason::Progressing, "reconciliation in progress")
     };
-    run.set(ConditionType::Reconciling, ConditionStatus::True, reason, message);
+    run.set(
+        ConditionType::Reconciling,
+        ConditionStatus::True,
+        reason,
+        message,
+    );
     if crate::conditions::find(&run.st.conditions, ConditionType::Ready).is_none() {
-        run.set(ConditionType::Ready, ConditionStatus::Unknown, Reason::Progressing, message);
+        run.set(
+            ConditionType::Ready,
+            ConditionStatus::Unknown,
+            Reason::Progressing,
+            message,
+        );
     }
     if let Some(v) = object.annotation(annotations::RECONCILE) {
         run.st.last_handled_reconcile_at = Some(v.to_string());
@@ -97,7 +129,11 @@ fn dependencies_not_ready(s: &Snapshot) -> Option<String> {
             Some(v) if !v.is_ready() => Some(format!(
                 "{} is not Ready at its current generation ({})",
                 d.key,
-                if v.ready_reason.is_empty() { "no Ready condition" } else { &v.ready_reason }
+                if v.ready_reason.is_empty() {
+                    "no Ready condition"
+                } else {
+                    &v.ready_reason
+                }
             )),
             Some(_) => None,
         })
@@ -143,12 +179,18 @@ fn detect_drift(run: &mut Run<'_>, valid: &ValidSpec, revision: &Revision) -> Fl
         return Flow::Go(false);
     };
     if drifted.is_empty() {
-        run.set(ConditionType::Ready, ConditionStatus::True, Reason::NoDrift, format!("no drift at {revision}"));
+        run.set(
+            ConditionType::Ready,
+            ConditionStatus::True,
+            Reason::NoDrift,
+            format!("no drift at {revision}"),
+        );
         return Flow::Stop(Stop::End(End::Success));
     }
     run.st.last_drift_detected_at = Some(at);
     let list = drifted.join(", ");
-    let remediate = valid.approve == ApprovePlan::Auto && spec.drift_action == DriftAction::Remediate;
+    let remediate =
+        valid.approve == ApprovePlan::Auto && spec.drift_action == DriftAction::Remediate;
     if !remediate {
         let hint = if spec.drift_action == DriftAction::Report {
             "driftAction is Report"
@@ -178,88 +220,165 @@ enum Approval {
     PlanOnly,
 }
 
-/// A plan is applied with `approvePlan: auto`, `force`, or when the approved id (spec field,
-/// else the annotation) is the id of this fresh plan and that plan was already pending before
-/// this run — so a human could have seen it. Never with `planOnly`.
-fn approval(run: &Run<'_>, valid: &ValidSpec, plan_id: &str) -> Approval {
-    let spec = &run.s.object.spec;
+/// A plan is applied with `approvePlan: auto` or `force`, or when it is approved by id after a
+/// human saw it pending: the id (spec field, else the annotation) names this fresh plan, the
+/// same plan (same id, same spec apart from `approvePlan`) was already pending before this run,
+/// and the approval came after it — for the spec field, a later generation; for the
+/// annotation, a new value of the reconcile annotation sent with it. Never with `planOnly`.
+fn approval(run: &Run<'_>, valid: &ValidSpec, plan_id: &str, digest: &str) -> Approval {
+    let object = &run.s.object;
+    let spec = &object.spec;
     if spec.plan_only {
         return Approval::PlanOnly;
     }
     if spec.force || valid.approve == ApprovePlan::Auto {
         return Approval::Approved;
     }
-    let approved = match &valid.approve {
-        ApprovePlan::Plan(id) => Some(id.as_str()),
-        _ => run.s.object.annotation(annotations::APPROVE),
-    };
-    let how = format!("set spec.approvePlan (or the {} annotation) to {plan_id}", annotations::APPROVE);
-    match approved {
-        Some(id) if id == plan_id && run.start().plan.pending == plan_id => Approval::Approved,
-        Some(id) if id == plan_id => Approval::Waiting(format!(
-            "plan {plan_id} is new; it will be applied at the next reconcile because it is already approved"
+    let start = run.start();
+    let how = format!(
+        "set spec.approvePlan to {plan_id}, or set the {} annotation to {plan_id} together with a new {} value",
+        annotations::APPROVE,
+        annotations::RECONCILE
+    );
+    let by_spec = match &valid.approve {
+        ApprovePlan::Plan(id) => Some((
+            id.as_str(),
+            object.metadata.generation > start.plan.pending_generation,
         )),
-        Some(id) => Approval::Waiting(format!(
-            "approval {id} does not match the pending plan {plan_id}; review {plan_id} and {how}"
+        _ => None,
+    };
+    let requested = object
+        .annotation(annotations::RECONCILE)
+        .is_some_and(|v| start.last_handled_reconcile_at.as_deref() != Some(v));
+    let by_annotation = object
+        .annotation(annotations::APPROVE)
+        .map(|id| (id, requested));
+    let seen = start.plan.pending == plan_id && start.plan.pending_spec_digest == digest;
+    let candidates = [by_spec, by_annotation];
+    if candidates
+        .iter()
+        .flatten()
+        .any(|(id, given_after)| *id == plan_id && seen && *given_after)
+    {
+        return Approval::Approved;
+    }
+    match candidates.iter().flatten().next() {
+        Some((id, _)) if *id == plan_id => Approval::Waiting(format!(
+            "plan {plan_id} awaits approval: it is new or changed since {id} was approved; review it, then {how}"
+        )),
+        Some((id, _)) => Approval::Waiting(format!(
+            "approval {id} does not match the pending plan {plan_id}; review {plan_id}, then {how}"
         )),
         None => Approval::Waiting(format!("plan {plan_id} awaits approval: {how}")),
     }
 }
 
-fn plan_and_apply(run: &mut Run<'_>, valid: &ValidSpec, revision: &Revision, drift: bool) -> Flow<()> {
+fn plan_and_apply(
+    run: &mut Run<'_>,
+    valid: &ValidSpec,
+    revision: &Revision,
+    drift: bool,
+) -> Flow<()> {
     let destroy = run.s.object.spec.destroy;
     let plan_id = naming::plan_id(&revision.reference, revision.sha());
     let step = Step::Plan {
-        kind: if destroy { PlanKind::Destroy } else { PlanKind::Normal },
+        kind: if destroy {
+            PlanKind::Destroy
+        } else {
+            PlanKind::Normal
+        },
         plan_id: plan_id.clone(),
         drift,
     };
     let (outcome, at) = match run.need(step) {
         Flow::Go(v) => v,
         Flow::Stop(Stop::End(End::Failed(f))) => {
-            run.set(ConditionType::Plan, ConditionStatus::False, f.reason, f.message.clone());
+            run.set(
+                ConditionType::Plan,
+                ConditionStatus::False,
+                f.reason,
+                f.message.clone(),
+            );
             return Flow::Stop(Stop::End(End::Failed(f)));
         }
         Flow::Stop(s) => return Flow::Stop(s),
     };
-    let Outcome::Planned { has_changes, summary } = outcome else {
+    let Outcome::Planned {
+        has_changes,
+        summary,
+    } = outcome
+    else {
         return Flow::Go(());
     };
     run.st.last_planned_revision = Some(revision.to_string());
     run.st.last_plan_at = Some(at);
     let mut applied = false;
     if !has_changes {
-        run.st.plan.pending.clear();
-        run.st.plan.is_destroy_plan = false;
-        run.st.plan.is_drift_detection_plan = false;
-        run.set(ConditionType::Plan, ConditionStatus::True, Reason::TerraformPlannedNoChanges, format!("no changes at {revision}"));
+        run.st.plan = clear_pending(std::mem::take(&mut run.st.plan));
+        run.set(
+            ConditionType::Plan,
+            ConditionStatus::True,
+            Reason::TerraformPlannedNoChanges,
+            format!("no changes at {revision}"),
+        );
         if destroy {
             run.st.inventory.clear();
             run.st.available_outputs.clear();
-            run.set(ConditionType::Ready, ConditionStatus::True, Reason::TerraformDestroySucceed, "nothing left to destroy");
+            run.set(
+                ConditionType::Ready,
+                ConditionStatus::True,
+                Reason::TerraformDestroySucceed,
+                "nothing left to destroy",
+            );
             return Flow::Stop(Stop::End(End::Success));
         }
     } else {
+        let digest = run.s.object.spec.digest_without_approval();
+        let start = run.start();
+        if start.plan.pending != plan_id || start.plan.pending_spec_digest != digest {
+            run.st.plan.pending_generation = run.generation();
+            run.st.plan.pending_spec_digest = digest.clone();
+        }
         run.st.plan.pending = plan_id.clone();
         run.st.plan.is_destroy_plan = destroy;
         run.st.plan.is_drift_detection_plan = drift;
         let planned = format!("plan {plan_id} ({summary}) at {revision}");
-        run.set(ConditionType::Plan, ConditionStatus::True, Reason::TerraformPlannedWithChanges, planned.clone());
-        match approval(run, valid, &plan_id) {
+        run.set(
+            ConditionType::Plan,
+            ConditionStatus::True,
+            Reason::TerraformPlannedWithChanges,
+            planned.clone(),
+        );
+        match approval(run, valid, &plan_id, &digest) {
             Approval::Approved => {}
             Approval::PlanOnly => {
-                run.set(ConditionType::Ready, ConditionStatus::True, Reason::TerraformPlannedWithChanges, format!("{planned}; planOnly: never applied"));
+                run.set(
+                    ConditionType::Ready,
+                    ConditionStatus::True,
+                    Reason::TerraformPlannedWithChanges,
+                    format!("{planned}; planOnly: never applied"),
+                );
                 return Flow::Stop(Stop::End(End::Success));
             }
             Approval::Waiting(message) => {
-                run.set(ConditionType::Ready, ConditionStatus::Unknown, Reason::TerraformPlannedWithChanges, message);
+                run.set(
+                    ConditionType::Ready,
+                    ConditionStatus::Unknown,
+                    Reason::TerraformPlannedWithChanges,
+                    message,
+                );
                 return Flow::Stop(Stop::End(End::Success));
             }
         }
         match run.need(Step::Apply) {
             Flow::Go(_) => {}
             Flow::Stop(Stop::End(End::Failed(f))) => {
-                run.set(ConditionType::Apply, ConditionStatus::False, f.reason, f.message.clone());
+                run.set(
+                    ConditionType::Apply,
+                    ConditionStatus::False,
+                    f.reason,
+                    f.message.clone(),
+                );
                 return Flow::Stop(Stop::End(End::Failed(f)));
             }
             Flow::Stop(s) => return Flow::Stop(s),
@@ -267,15 +386,27 @@ fn plan_and_apply(run: &mut Run<'_>, valid: &ValidSpec, revision: &Revision, dri
         applied = true;
         run.st.last_applied_revision = Some(revision.to_string());
         run.st.plan.last_applied = plan_id.clone();
-        run.st.plan.pending.clear();
-        run.st.plan.is_destroy_plan = false;
-        run.st.plan.is_drift_detection_plan = false;
-        let reason = if destroy { Reason::TerraformDestroySucceed } else { Reason::TerraformAppliedSucceed };
-        run.set(ConditionType::Apply, ConditionStatus::True, reason, format!("applied {planned}"));
+        run.st.plan = clear_pending(std::mem::take(&mut run.st.plan));
+        let reason = if destroy {
+            Reason::TerraformDestroySucceed
+        } else {
+            Reason::TerraformAppliedSucceed
+        };
+        run.set(
+            ConditionType::Apply,
+            ConditionStatus::True,
+            reason,
+            format!("applied {planned}"),
+        );
         if destroy {
             run.st.inventory.clear();
             run.st.available_outputs.clear();
-            run.set(ConditionType::Ready, ConditionStatus::True, reason, format!("destroyed everything ({summary})"));
+            run.set(
+                ConditionType::Ready,
+                ConditionStatus::True,
+                reason,
+                format!("destroyed everything ({summary})"),
+            );
             return Flow::Stop(Stop::End(End::Success));
         }
     }
@@ -287,7 +418,11 @@ fn plan_and_apply(run: &mut Run<'_>, valid: &ValidSpec, revision: &Revision, dri
     } else {
         format!("no changes at {revision}")
     };
-    let reason = if applied { Reason::TerraformAppliedSucceed } else { Reason::TerraformPlannedNoChanges };
+    let reason = if applied {
+        Reason::TerraformAppliedSucceed
+    } else {
+        Reason::TerraformPlannedNoChanges
+    };
     run.set(ConditionType::Ready, ConditionStatus::True, reason, message);
     Flow::Go(())
 }
@@ -295,18 +430,35 @@ fn plan_and_apply(run: &mut Run<'_>, valid: &ValidSpec, revision: &Revision, dri
 /// Outputs (and the outputs Secret), inventory, then health checks.
 fn outputs_and_health(run: &mut Run<'_>) -> Flow<()> {
     match run.need(Step::Outputs) {
-        Flow::Go((Outcome::OutputsRead { names, inventory, written }, _)) => {
+        Flow::Go((
+            Outcome::OutputsRead {
+                names,
+                inventory,
+                written,
+            },
+            _,
+        )) => {
             run.st.available_outputs = names.clone();
             run.st.inventory = inventory.clone();
             let message = match (&run.s.object.spec.write_outputs_to_secret, written) {
                 (Some(w), true) => format!("{} outputs, written to Secret {}", names.len(), w.name),
                 _ => format!("{} outputs available", names.len()),
             };
-            run.set(ConditionType::Output, ConditionStatus::True, Reason::TerraformOutputsWritten, message);
+            run.set(
+                ConditionType::Output,
+                ConditionStatus::True,
+                Reason::TerraformOutputsWritten,
+                message,
+            );
         }
         Flow::Go(_) => {}
         Flow::Stop(Stop::End(End::Failed(f))) => {
-            run.set(ConditionType::Output, ConditionStatus::False, f.reason, f.message.clone());
+            run.set(
+                ConditionType::Output,
+                ConditionStatus::False,
+                f.reason,
+                f.message.clone(),
+            );
             return Flow::Stop(Stop::End(End::Failed(f)));
         }
         Flow::Stop(s) => return Flow::Stop(s),
@@ -318,13 +470,30 @@ fn outputs_and_health(run: &mut Run<'_>) -> Flow<()> {
     match run.need(Step::HealthChecks) {
         Flow::Go(_) => {
             let n = run.s.object.spec.health_checks.len();
-            run.set(ConditionType::HealthCheck, ConditionStatus::True, Reason::HealthChecksSucceeded, format!("{n} health checks passed"));
+            run.set(
+                ConditionType::HealthCheck,
+                ConditionStatus::True,
+                Reason::HealthChecksSucceeded,
+                format!("{n} health checks passed"),
+            );
             Flow::Go(())
         }
         Flow::Stop(Stop::End(End::Failed(f))) => {
-            run.set(ConditionType::HealthCheck, ConditionStatus::False, f.reason, f.message.clone());
+            run.set(
+                ConditionType::HealthCheck,
+                ConditionStatus::False,
+                f.reason,
+                f.message.clone(),
+            );
             Flow::Stop(Stop::End(End::Failed(f)))
         }
         Flow::Stop(s) => Flow::Stop(s),
+    }
+}
+
+fn clear_pending(plan: crate::api::PlanStatus) -> crate::api::PlanStatus {
+    crate::api::PlanStatus {
+        last_applied: plan.last_applied,
+        ..Default::default()
     }
 }

@@ -1,0 +1,332 @@
+//! In-memory fakes of every port, for property tests and for embedders' own tests.
+//!
+//! [`FakeWorld`] is a tiny simulated cluster and cloud in one value: an object store that
+//! behaves like the API server for status and finalizers, Git-like sources whose revisions hold
+//! a set of resources, Secrets for inputs, and per-object infrastructure with a Terraform-like
+//! state, lock and drift. It implements every port; [`FakeWorld::ports`] hands it to a
+//! [`crate::reconcile::Driver`]. Any operation can be made to fail with [`FakeWorld::fail_next`]
+//! or [`FakeWorld::fail_always`], and every runner command is recorded in [`FakeWorld::calls`].
+
+mod ports;
+mod runner;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::api::{ObjectKey, TerraformObject, TerraformSpec};
+use crate::ports::{Event, PortError, Ports, StoredPlan};
+use crate::reconcile::{DependencyState, DependencyView, Driver, DriverError, RunReport};
+
+pub use runner::FakeSession;
+
+/// The operations a fault can be injected into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[allow(missing_docs)] // each is the port method of the same name
+pub enum FakeOp {
+    Resolve,
+    Fetch,
+    Inputs,
+    Start,
+    Setup,
+    Init,
+    Workspace,
+    Plan,
+    RefreshPlan,
+    Show,
+    Apply,
+    Output,
+    Inventory,
+    Destroy,
+    Unlock,
+    Cleanup,
+    SavePlan,
+    DeletePlan,
+    WriteOutputs,
+    DeleteOutputs,
+    DeleteState,
+    Health,
+    WriteStatus,
+    AddFinalizer,
+    RemoveFinalizer,
+}
+
+/// A runner command as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// The object the runner ran for.
+    pub object: ObjectKey,
+    /// The command.
+    pub op: FakeOp,
+    /// Which session (runner start) it belongs to, counting from 0.
+    pub session: usize,
+}
+
+/// Simulated infrastructure of one object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Infra {
+    /// What Terraform's state says exists: address → value.
+    pub state: BTreeMap<String, String>,
+    /// What really exists. Differs from `state` when something drifted.
+    pub real: BTreeMap<String, String>,
+    /// A held state lock: (lock id, holder).
+    pub lock: Option<(String, String)>,
+}
+
+/// Everything the fake world holds. Public so tests can look at (and arrange) anything.
+#[derive(Debug, Default)]
+pub struct WorldState {
+    /// The object store.
+    pub objects: BTreeMap<ObjectKey, TerraformObject>,
+    /// The current revision of each source URL: (reference, sha).
+    pub sources: BTreeMap<String, (String, String)>,
+    /// The resources of each revision, by sha.
+    pub trees: BTreeMap<String, BTreeMap<String, String>>,
+    /// Secrets and ConfigMaps alike: (namespace, name) → key → value.
+    pub secrets: BTreeMap<(String, String), BTreeMap<String, String>>,
+    /// Infrastructure per object.
+    pub infra: BTreeMap<ObjectKey, Infra>,
+    /// Stored plans per (object, workspace).
+    pub plans: BTreeMap<(ObjectKey, String), StoredPlan>,
+    /// Outputs Secrets: (namespace, name) → key → JSON value.
+    pub output_secrets: BTreeMap<(String, String), BTreeMap<String, serde_json::Value>>,
+    /// States deleted through the state admin port: (object, workspace, suffix).
+    pub deleted_states: Vec<(ObjectKey, String, String)>,
+    /// Emitted events.
+    pub events: Vec<(ObjectKey, Event)>,
+    /// Runner commands.
+    pub calls: Vec<Call>,
+    /// How many runner sessions were started.
+    pub sessions: usize,
+    /// The current time.
+    pub now: jiff::Timestamp,
+    /// How far the clock moves at each reading.
+    pub tick: Duration,
+    one_shot: BTreeMap<FakeOp, VecDeque<PortError>>,
+    always: BTreeMap<FakeOp, PortError>,
+}
+
+/// A simulated cluster and cloud; cheap to clone (clones share the same world).
+#[derive(Debug, Clone)]
+pub struct FakeWorld {
+    state: Arc<Mutex<WorldState>>,
+}
+
+impl FakeWorld {
+    /// An empty world whose clock starts at `now` and moves one second at each reading.
+    pub fn new(now: jiff::Timestamp) -> Self {
+        let state = WorldState {
+            now,
+            tick: Duration::from_secs(1),
+            ..WorldState::default()
+        };
+        Self {
+            state: Arc::new(Mutex::new(state)),
+        }
+    }
+
+    /// Locks the world for reading or arranging it directly.
+    pub fn lock(&self) -> MutexGuard<'_, WorldState> {
+        // A panic while holding the lock can only come from a failing test; keep going with
+        // whatever state it left so that test reports its own failure.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every port, backed by this world.
+    pub fn ports(&self) -> Ports {
+        let me = Arc::new(self.clone());
+        Ports {
+            source: me.clone(),
+            inputs: me.clone(),
+            runner: me.clone(),
+            plans: me.clone(),
+            outputs: me.clone(),
+            state: me.clone(),
+            health: me.clone(),
+            events: me.clone(),
+            objects: me.clone(),
+            clock: me,
+        }
+    }
+
+    /// The next call of `op` fails with `error` (queued: several calls queue several failures).
+    pub fn fail_next(&self, op: FakeOp, error: PortError) {
+        self.lock().one_shot.entry(op).or_default().push_back(error);
+    }
+
+    /// Every call of `op` fails with `error` until [`FakeWorld::heal`].
+    pub fn fail_always(&self, op: FakeOp, error: PortError) {
+        self.lock().always.insert(op, error);
+    }
+
+    /// Removes every fault of `op`.
+    pub fn heal(&self, op: FakeOp) {
+        let mut w = self.lock();
+        w.always.remove(&op);
+        w.one_shot.remove(&op);
+    }
+
+    /// Fails if a fault is set for `op`.
+    pub(crate) fn check(&self, op: FakeOp) -> Result<(), PortError> {
+        let mut w = self.lock();
+        if let Some(e) = w.one_shot.get_mut(&op).and_then(VecDeque::pop_front) {
+            return Err(e);
+        }
+        w.always.get(&op).cloned().map_or(Ok(()), Err)
+    }
+
+    /// Makes `url` resolve to a new revision holding `resources` (address, value).
+    pub fn publish(&self, url: &str, reference: &str, sha: &str, resources: &[(&str, &str)]) {
+        let mut w = self.lock();
+        w.sources.insert(url.into(), (reference.into(), sha.into()));
+        let tree = resources
+            .iter()
+            .map(|(a, v)| (a.to_string(), v.to_string()))
+            .collect();
+        w.trees.insert(sha.into(), tree);
+    }
+
+    /// Stores a Secret (or ConfigMap) for inputs.
+    pub fn set_secret(&self, namespace: &str, name: &str, data: &[(&str, &str)]) {
+        let data = data
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self.lock()
+            .secrets
+            .insert((namespace.into(), name.into()), data);
+    }
+
+    /// Creates an object (generation 1 unless set).
+    pub fn create(&self, mut object: TerraformObject) -> ObjectKey {
+        if object.metadata.generation == 0 {
+            object.metadata.generation = 1;
+        }
+        let key = object.key();
+        self.lock().objects.insert(key.clone(), object);
+        key
+    }
+
+    /// Edits an object's spec; the generation moves when the spec changed, as on an API server.
+    pub fn edit(&self, key: &ObjectKey, change: impl FnOnce(&mut TerraformSpec)) {
+        let mut w = self.lock();
+        if let Some(o) = w.objects.get_mut(key) {
+            let before = o.spec.clone();
+            change(&mut o.spec);
+            if o.spec != before {
+                o.metadata.generation += 1;
+            }
+        }
+    }
+
+    /// Sets an annotation (generation unchanged, as on an API server).
+    pub fn annotate(&self, key: &ObjectKey, name: &str, value: &str) {
+        if let Some(o) = self.lock().objects.get_mut(key) {
+            o.metadata.annotations.insert(name.into(), value.into());
+        }
+    }
+
+    /// Requests deletion: the object goes at once without finalizers, else when they are gone.
+    pub fn delete(&self, key: &ObjectKey) {
+        let mut w = self.lock();
+        let now = w.now;
+        let gone = match w.objects.get_mut(key) {
+            Some(o) => {
+                o.metadata.deletion_timestamp.get_or_insert(now);
+                o.metadata.finalizers.is_empty()
+            }
+            None => false,
+        };
+        if gone {
+            w.objects.remove(key);
+        }
+    }
+
+    /// The object, if it exists.
+    pub fn object(&self, key: &ObjectKey) -> Option<TerraformObject> {
+        self.lock().objects.get(key).cloned()
+    }
+
+    /// Moves the clock.
+    pub fn advance(&self, by: Duration) {
+        let mut w = self.lock();
+        w.now = add(w.now, by);
+    }
+
+    /// Changes a resource behind Terraform's back (drift).
+    pub fn drift(&self, key: &ObjectKey, address: &str, value: &str) {
+        let mut w = self.lock();
+        let infra = w.infra.entry(key.clone()).or_default();
+        infra.real.insert(address.into(), value.into());
+    }
+
+    /// Holds the object's state lock, as a crashed Terraform would leave it.
+    pub fn lock_state(&self, key: &ObjectKey, lock_id: &str, holder: &str) {
+        let mut w = self.lock();
+        w.infra.entry(key.clone()).or_default().lock = Some((lock_id.into(), holder.into()));
+    }
+
+    /// How many applies ran for the object.
+    pub fn applies(&self, key: &ObjectKey) -> usize {
+        self.calls_of(key, FakeOp::Apply)
+    }
+
+    /// How many times `op` ran on a runner for the object.
+    pub fn calls_of(&self, key: &ObjectKey, op: FakeOp) -> usize {
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.object == *key && c.op == op)
+            .count()
+    }
+
+    /// The dependency states and dependants of an object, read from the store the way the
+    /// Kubernetes layer reads them from its caches.
+    pub fn relations(&self, object: &TerraformObject) -> (Vec<DependencyState>, Vec<ObjectKey>) {
+        let w = self.lock();
+        let me = object.key();
+        let dependencies = object
+            .spec
+            .depends_on
+            .iter()
+            .map(|d| {
+                let key = ObjectKey::new(d.namespace.as_deref().unwrap_or(&me.namespace), &d.name);
+                let found = w.objects.get(&key).map(DependencyView::of);
+                DependencyState { key, found }
+            })
+            .collect();
+        let dependants = w
+            .objects
+            .values()
+            .filter(|o| {
+                o.spec.depends_on.iter().any(|d| {
+                    d.name == me.name
+                        && d.namespace.as_deref().unwrap_or(&o.metadata.namespace) == me.namespace
+                })
+            })
+            .map(TerraformObject::key)
+            .collect();
+        (dependencies, dependants)
+    }
+
+    /// Reconciles the object once with a driver over this world. `Ok(None)` when the object
+    /// does not exist.
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub async fn reconcile(&self, key: &ObjectKey) -> Result<Option<RunReport>, DriverError> {
+        let Some(object) = self.object(key) else {
+            return Ok(None);
+        };
+        let (dependencies, dependants) = self.relations(&object);
+        Driver::new(self.ports())
+            .reconcile(object, dependencies, dependants)
+            .await
+            .map(Some)
+    }
+}
+
+fn add(t: jiff::Timestamp, d: Duration) -> jiff::Timestamp {
+    let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    jiff::Timestamp::from_millisecond(t.as_millisecond().saturating_add(ms)).unwrap_or(t)
+}

@@ -1,0 +1,321 @@
+//! The port implementations of [`FakeWorld`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+
+use super::{FakeOp, FakeSession, FakeWorld, add};
+use crate::api::{
+    FINALIZER, ObjectKey, SecretKeyRef, SourceRef, TerraformObject, TerraformStatus, VarsFromKind,
+    WriteOutputsToSecret,
+};
+use crate::ports::{
+    Artifact, Clock, Event, EventSink, HealthChecker, InputsPort, ObjectWriter, OutputValue,
+    OutputsSink, PlanStore, PortError, ResolvedFile, ResolvedHealthCheck, ResolvedInputs, Revision,
+    RunnerPort, RunnerSession, SourcePort, StateAdmin, StoredPlan,
+};
+
+#[async_trait]
+impl SourcePort for FakeWorld {
+    async fn resolve(&self, _: &ObjectKey, source: &SourceRef) -> Result<Revision, PortError> {
+        self.check(FakeOp::Resolve)?;
+        let w = self.lock();
+        let (reference, sha) = w.sources.get(&source.url).ok_or_else(|| {
+            PortError::NotFound(format!("repository {} does not exist", source.url))
+        })?;
+        Ok(Revision {
+            reference: reference.clone(),
+            digest: format!("sha1:{sha}"),
+        })
+    }
+
+    async fn fetch(
+        &self,
+        _: &ObjectKey,
+        _: &SourceRef,
+        revision: &Revision,
+        _: Option<&str>,
+    ) -> Result<Artifact, PortError> {
+        self.check(FakeOp::Fetch)?;
+        let w = self.lock();
+        let tree = w
+            .trees
+            .get(revision.sha())
+            .ok_or_else(|| PortError::NotFound(format!("revision {revision} does not exist")))?;
+        let data = serde_json::to_vec(tree).map_err(|e| PortError::Invalid(e.to_string()))?;
+        let sha256 = Sha256::digest(&data)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Ok(Artifact {
+            sha256,
+            data: Arc::new(data),
+        })
+    }
+}
+
+impl FakeWorld {
+    fn read_key(&self, namespace: &str, r: &SecretKeyRef) -> Result<Option<String>, PortError> {
+        let w = self.lock();
+        match w
+            .secrets
+            .get(&(namespace.to_string(), r.name.clone()))
+            .and_then(|d| d.get(&r.key))
+        {
+            Some(v) => Ok(Some(v.clone())),
+            None if r.optional => Ok(None),
+            None => Err(PortError::NotFound(format!(
+                "key {} of {}/{}",
+                r.key, namespace, r.name
+            ))),
+        }
+    }
+}
+
+fn json_or_string(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_string()))
+}
+
+#[async_trait]
+impl InputsPort for FakeWorld {
+    async fn resolve(&self, object: &TerraformObject) -> Result<ResolvedInputs, PortError> {
+        self.check(FakeOp::Inputs)?;
+        let ns = &object.metadata.namespace;
+        let spec = &object.spec;
+        let mut inputs = ResolvedInputs::default();
+        for from in &spec.vars_from {
+            let data = self
+                .lock()
+                .secrets
+                .get(&(ns.clone(), from.name.clone()))
+                .cloned();
+            let Some(data) = data else {
+                if from.optional {
+                    continue;
+                }
+                let kind = match from.kind {
+                    VarsFromKind::Secret => "Secret",
+                    VarsFromKind::ConfigMap => "ConfigMap",
+                };
+                return Err(PortError::NotFound(format!("{kind} {ns}/{}", from.name)));
+            };
+            if from.var_keys.is_empty() {
+                for (k, v) in &data {
+                    inputs.vars.insert(k.clone(), json_or_string(v));
+                }
+            }
+            for entry in &from.var_keys {
+                let (key, name) = entry.split_once(':').unwrap_or((entry, entry));
+                let v = data.get(key).ok_or_else(|| {
+                    PortError::NotFound(format!("key {key} of {ns}/{}", from.name))
+                })?;
+                inputs.vars.insert(name.to_string(), json_or_string(v));
+            }
+        }
+        for var in &spec.vars {
+            let value = match (&var.value, &var.value_from) {
+                (Some(v), _) => Some(v.clone()),
+                (None, Some(from)) => {
+                    let r = from
+                        .secret_key_ref
+                        .as_ref()
+                        .or(from.config_map_key_ref.as_ref());
+                    match r {
+                        Some(r) => self.read_key(ns, r)?.map(|t| json_or_string(&t)),
+                        None => None,
+                    }
+                }
+                (None, None) => None,
+            };
+            if let Some(value) = value {
+                inputs.vars.insert(var.name.clone(), value);
+            }
+        }
+        if let Some(values) = &spec.values {
+            inputs
+                .vars
+                .insert("values".into(), serde_json::Value::Object(values.clone()));
+        }
+        for m in &spec.file_mappings {
+            if let Some(content) = self.read_key(ns, &m.secret_key_ref)? {
+                inputs.files.push(ResolvedFile {
+                    location: m.location,
+                    path: m.path.clone(),
+                    content: content.into_bytes(),
+                });
+            }
+        }
+        if let Some(r) = &spec.cli_config_secret_ref {
+            inputs.cli_config = self.read_key(ns, r)?.map(String::into_bytes);
+        }
+        Ok(inputs)
+    }
+}
+
+#[async_trait]
+impl RunnerPort for FakeWorld {
+    async fn start(&self, object: &TerraformObject) -> Result<Box<dyn RunnerSession>, PortError> {
+        self.check(FakeOp::Start)?;
+        let session = {
+            let mut w = self.lock();
+            w.sessions += 1;
+            w.sessions - 1
+        };
+        Ok(Box::new(FakeSession::new(
+            self.clone(),
+            object.key(),
+            session,
+        )))
+    }
+}
+
+#[async_trait]
+impl PlanStore for FakeWorld {
+    async fn save(
+        &self,
+        object: &ObjectKey,
+        workspace: &str,
+        plan: &StoredPlan,
+    ) -> Result<(), PortError> {
+        self.check(FakeOp::SavePlan)?;
+        self.lock()
+            .plans
+            .insert((object.clone(), workspace.to_string()), plan.clone());
+        Ok(())
+    }
+
+    async fn delete(&self, object: &ObjectKey, workspace: &str) -> Result<(), PortError> {
+        self.check(FakeOp::DeletePlan)?;
+        self.lock()
+            .plans
+            .remove(&(object.clone(), workspace.to_string()));
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl OutputsSink for FakeWorld {
+    async fn write(
+        &self,
+        object: &ObjectKey,
+        target: &WriteOutputsToSecret,
+        outputs: &BTreeMap<String, OutputValue>,
+    ) -> Result<(), PortError> {
+        self.check(FakeOp::WriteOutputs)?;
+        let selected: BTreeMap<String, serde_json::Value> = match target.selection() {
+            None => outputs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.value.clone()))
+                .collect(),
+            Some(pairs) => pairs
+                .into_iter()
+                .filter_map(|(tf, key)| outputs.get(&tf).map(|v| (key, v.value.clone())))
+                .collect(),
+        };
+        self.lock()
+            .output_secrets
+            .insert((object.namespace.clone(), target.name.clone()), selected);
+        Ok(())
+    }
+
+    async fn delete(&self, object: &ObjectKey, name: &str) -> Result<(), PortError> {
+        self.check(FakeOp::DeleteOutputs)?;
+        self.lock()
+            .output_secrets
+            .remove(&(object.namespace.clone(), name.to_string()));
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl StateAdmin for FakeWorld {
+    async fn delete_state(
+        &self,
+        object: &ObjectKey,
+        workspace: &str,
+        suffix: &str,
+    ) -> Result<(), PortError> {
+        self.check(FakeOp::DeleteState)?;
+        let mut w = self.lock();
+        if let Some(infra) = w.infra.get_mut(object) {
+            infra.state.clear();
+            infra.lock = None;
+        }
+        w.deleted_states
+            .push((object.clone(), workspace.to_string(), suffix.to_string()));
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl HealthChecker for FakeWorld {
+    async fn check(&self, _: &ResolvedHealthCheck) -> Result<(), PortError> {
+        FakeWorld::check(self, FakeOp::Health)
+    }
+}
+
+#[async_trait]
+impl EventSink for FakeWorld {
+    async fn emit(&self, object: &ObjectKey, event: Event) {
+        self.lock().events.push((object.clone(), event));
+    }
+}
+
+#[async_trait]
+impl ObjectWriter for FakeWorld {
+    async fn write_status(
+        &self,
+        object: &ObjectKey,
+        status: &TerraformStatus,
+    ) -> Result<(), PortError> {
+        self.check(FakeOp::WriteStatus)?;
+        let mut w = self.lock();
+        let o = w
+            .objects
+            .get_mut(object)
+            .ok_or_else(|| PortError::NotFound(format!("{object}")))?;
+        o.status = status.clone();
+        Ok(())
+    }
+
+    async fn add_finalizer(&self, object: &ObjectKey) -> Result<(), PortError> {
+        self.check(FakeOp::AddFinalizer)?;
+        let mut w = self.lock();
+        let o = w
+            .objects
+            .get_mut(object)
+            .ok_or_else(|| PortError::NotFound(format!("{object}")))?;
+        if !o.metadata.finalizers.iter().any(|f| f == FINALIZER) {
+            o.metadata.finalizers.push(FINALIZER.to_string());
+        }
+        Ok(())
+    }
+
+    async fn remove_finalizer(&self, object: &ObjectKey) -> Result<(), PortError> {
+        self.check(FakeOp::RemoveFinalizer)?;
+        let mut w = self.lock();
+        let gone = match w.objects.get_mut(object) {
+            Some(o) => {
+                o.metadata.finalizers.retain(|f| f != FINALIZER);
+                o.metadata.finalizers.is_empty() && o.metadata.deletion_timestamp.is_some()
+            }
+            // Already gone: removing the finalizer has nothing left to do.
+            None => false,
+        };
+        if gone {
+            w.objects.remove(object);
+        }
+        Ok(())
+    }
+}
+
+impl Clock for FakeWorld {
+    fn now(&self) -> jiff::Timestamp {
+        let mut w = self.lock();
+        let now = w.now;
+        w.now = add(now, w.tick);
+        now
+    }
+}

@@ -1,0 +1,248 @@
+//! A fake runner session: Terraform semantics on [`super::Infra`].
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use super::{Call, FakeOp, FakeWorld};
+use crate::api::{InventoryEntry, ObjectKey};
+use crate::ports::{
+    OutputValue, PlanKind, PlanRequest, PlanResult, PlanSummary, PortError, RunnerSession,
+    SetupRequest, ShownPlan,
+};
+
+/// A runner session over a [`FakeWorld`]. The configuration is the set of resources of the
+/// uploaded revision plus one `terraform_data.var_<name>` per variable, so that new revisions
+/// and variable edits both change the plan.
+#[derive(Debug)]
+pub struct FakeSession {
+    world: FakeWorld,
+    object: ObjectKey,
+    session: usize,
+    desired: Option<BTreeMap<String, String>>,
+    planned: Option<BTreeMap<String, String>>,
+}
+
+impl FakeSession {
+    pub(super) fn new(world: FakeWorld, object: ObjectKey, session: usize) -> Self {
+        Self {
+            world,
+            object,
+            session,
+            desired: None,
+            planned: None,
+        }
+    }
+
+    /// Records the command, then fails if a fault is set for it.
+    fn call(&self, op: FakeOp) -> Result<(), PortError> {
+        self.world.lock().calls.push(Call {
+            object: self.object.clone(),
+            op,
+            session: self.session,
+        });
+        self.world.check(op)
+    }
+
+    fn locked(&self) -> Result<(), PortError> {
+        let w = self.world.lock();
+        match w.infra.get(&self.object).and_then(|i| i.lock.clone()) {
+            Some((lock_id, holder)) => Err(PortError::StateLocked { lock_id, holder }),
+            None => Ok(()),
+        }
+    }
+}
+
+fn summary(from: &BTreeMap<String, String>, to: &BTreeMap<String, String>) -> PlanSummary {
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    PlanSummary {
+        add: count(to.keys().filter(|k| !from.contains_key(*k)).count()),
+        change: count(
+            to.iter()
+                .filter(|(k, v)| from.get(*k).is_some_and(|f| f != *v))
+                .count(),
+        ),
+        destroy: count(from.keys().filter(|k| !to.contains_key(*k)).count()),
+    }
+}
+
+#[async_trait]
+impl RunnerSession for FakeSession {
+    fn binary(&self) -> String {
+        "fake-terraform 1.0.0".into()
+    }
+
+    async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {
+        self.call(FakeOp::Setup)?;
+        let mut desired: BTreeMap<String, String> = serde_json::from_slice(&request.artifact.data)
+            .map_err(|e| PortError::Invalid(format!("archive: {e}")))?;
+        for (name, value) in &request.inputs.vars {
+            desired.insert(format!("terraform_data.var_{name}"), value.to_string());
+        }
+        self.desired = Some(desired);
+        Ok(())
+    }
+
+    async fn init(&mut self) -> Result<(), PortError> {
+        self.call(FakeOp::Init)
+    }
+
+    async fn select_workspace(&mut self, _: &str) -> Result<(), PortError> {
+        self.call(FakeOp::Workspace)
+    }
+
+    async fn plan(&mut self, request: &PlanRequest) -> Result<PlanResult, PortError> {
+        let op = if request.kind == PlanKind::RefreshOnly {
+            FakeOp::RefreshPlan
+        } else {
+            FakeOp::Plan
+        };
+        self.call(op)?;
+        self.locked()?;
+        let desired = self.desired.clone().ok_or_else(|| {
+            PortError::Terraform("Error: no configuration (setup did not run)".into())
+        })?;
+        let infra = self
+            .world
+            .lock()
+            .infra
+            .get(&self.object)
+            .cloned()
+            .unwrap_or_default();
+        let (target, drifted) = match request.kind {
+            PlanKind::Normal => (desired, Vec::new()),
+            PlanKind::Destroy => (BTreeMap::new(), Vec::new()),
+            PlanKind::RefreshOnly => {
+                let mut keys: Vec<String> = infra
+                    .state
+                    .keys()
+                    .chain(infra.real.keys())
+                    .cloned()
+                    .collect();
+                keys.sort();
+                keys.dedup();
+                let drifted = keys
+                    .into_iter()
+                    .filter(|k| infra.state.get(k) != infra.real.get(k))
+                    .collect();
+                (infra.real.clone(), drifted)
+            }
+        };
+        let summary = summary(&infra.real, &target);
+        let has_changes = match request.kind {
+            PlanKind::RefreshOnly => !drifted.is_empty(),
+            _ => target != infra.real,
+        };
+        let plan_file =
+            serde_json::to_vec(&target).map_err(|e| PortError::Invalid(e.to_string()))?;
+        self.planned = Some(target);
+        Ok(PlanResult {
+            has_changes,
+            summary,
+            drifted,
+            plan_file,
+        })
+    }
+
+    async fn show(&mut self) -> Result<ShownPlan, PortError> {
+        self.call(FakeOp::Show)?;
+        let planned = self.planned.clone().unwrap_or_default();
+        Ok(ShownPlan {
+            readable: planned
+                .iter()
+                .map(|(k, v)| format!("{k} = {v}\n"))
+                .collect(),
+            json: serde_json::to_string(&planned).map_err(|e| PortError::Invalid(e.to_string()))?,
+        })
+    }
+
+    async fn apply(&mut self) -> Result<(), PortError> {
+        self.call(FakeOp::Apply)?;
+        self.locked()?;
+        let planned = self
+            .planned
+            .take()
+            .ok_or_else(|| PortError::Terraform("Error: no saved plan to apply".into()))?;
+        let mut w = self.world.lock();
+        let infra = w.infra.entry(self.object.clone()).or_default();
+        infra.real = planned.clone();
+        infra.state = planned;
+        Ok(())
+    }
+
+    async fn outputs(&mut self) -> Result<BTreeMap<String, OutputValue>, PortError> {
+        self.call(FakeOp::Output)?;
+        let w = self.world.lock();
+        let state = w
+            .infra
+            .get(&self.object)
+            .map(|i| i.state.clone())
+            .unwrap_or_default();
+        Ok(BTreeMap::from([
+            (
+                "resource_count".to_string(),
+                OutputValue {
+                    value: state.len().into(),
+                    sensitive: false,
+                },
+            ),
+            (
+                "token".to_string(),
+                OutputValue {
+                    value: "s3cr3t".into(),
+                    sensitive: true,
+                },
+            ),
+        ]))
+    }
+
+    async fn inventory(&mut self) -> Result<Vec<InventoryEntry>, PortError> {
+        self.call(FakeOp::Inventory)?;
+        let w = self.world.lock();
+        let state = w
+            .infra
+            .get(&self.object)
+            .map(|i| i.state.clone())
+            .unwrap_or_default();
+        Ok(state
+            .keys()
+            .map(|address| InventoryEntry {
+                address: address.clone(),
+                resource_type: address.split('.').next().unwrap_or_default().to_string(),
+                identifier: None,
+            })
+            .collect())
+    }
+
+    async fn destroy(&mut self) -> Result<(), PortError> {
+        self.call(FakeOp::Destroy)?;
+        self.locked()?;
+        let mut w = self.world.lock();
+        let infra = w.infra.entry(self.object.clone()).or_default();
+        infra.real.clear();
+        infra.state.clear();
+        Ok(())
+    }
+
+    async fn force_unlock(&mut self, lock_id: &str) -> Result<(), PortError> {
+        self.call(FakeOp::Unlock)?;
+        let mut w = self.world.lock();
+        let infra = w.infra.entry(self.object.clone()).or_default();
+        match &infra.lock {
+            Some((id, _)) if id == lock_id => {
+                infra.lock = None;
+                Ok(())
+            }
+            Some((id, _)) => Err(PortError::Terraform(format!(
+                "Error: lock id {lock_id:?} does not match existing lock {id:?}"
+            ))),
+            None => Err(PortError::Terraform(
+                "Error: failed to unlock state: no lock held".into(),
+            )),
+        }
+    }
+
+    async fn cleanup(&mut self) -> Result<(), PortError> {
+        self.call(FakeOp::Cleanup)
+    }
+}
