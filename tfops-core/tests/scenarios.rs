@@ -673,3 +673,32 @@ async fn an_approved_plan_whose_apply_failed_is_applied_by_the_retry() {
     assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
     assert_eq!(w.applies(&key), 2, "one failed apply, one retried");
 }
+
+/// Found by the property tests: a force-unlock requested for a lock that its holder released
+/// meanwhile failed on every run and blocked the object (and its deletion) for good.
+#[tokio::test]
+async fn regression_unlock_of_an_already_released_lock_does_not_block() {
+    let w = world();
+    let key = w.create(object(
+        "vpc",
+        json!({"approvePlan": "auto", "destroyResourcesOnDeletion": true}),
+    ));
+    w.lock_state(&key, "lock-1", "crashed-runner");
+    reconcile(&w, &key).await;
+    assert_eq!(ready(&w, &key).1, "LockHeld");
+    w.lock().infra.get_mut(&key).unwrap().lock = None; // the holder came back and released it
+    w.annotate(&key, annotations::FORCE_UNLOCK, "lock-1");
+    w.annotate(&key, annotations::RECONCILE, "1");
+    reconcile(&w, &key).await;
+    assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+    assert!(w.object(&key).unwrap().status.lock.pending.is_empty());
+    let warned = w
+        .lock()
+        .events
+        .iter()
+        .any(|(_, e)| e.reason == Reason::ForceUnlockFailed);
+    assert!(warned, "the failed unlock is still reported as an event");
+    w.delete(&key);
+    reconcile(&w, &key).await;
+    assert!(w.object(&key).is_none());
+}

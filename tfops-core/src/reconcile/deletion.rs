@@ -89,6 +89,7 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
             Reason::Finalizing,
             "destroying resources before deletion",
         );
+        go!(run, run.resolve());
         go!(run, run.prepare());
         match run.need(Step::Destroy) {
             Flow::Go(_) => {}
@@ -103,6 +104,7 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
             }
             Flow::Stop(stop) => return run.finish(stop),
         }
+        run.lock_released();
         run.st.inventory.clear();
         run.st.available_outputs.clear();
         run.set(

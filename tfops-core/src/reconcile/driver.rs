@@ -103,8 +103,9 @@ impl Driver {
             now: self.ports.clock.now(),
         };
         let mut state = RunState::default();
+        // Each decision is taken at the time the previous step finished (the first at the
+        // start), so a run can be replayed exactly from its records.
         for _ in 0..self.max_steps {
-            snapshot.now = self.ports.clock.now();
             let decision = decide(&snapshot);
             // Once the finalizer is gone the object may be gone too: nothing left to write.
             let released = snapshot.progress.succeeded(StepKind::RemoveFinalizer);
@@ -136,10 +137,13 @@ impl Driver {
             let result = self
                 .perform(&snapshot.object, decision.step, &mut state)
                 .await;
-            if let (StepKind::Cleanup, Err(f)) = (kind, &result) {
+            // Failures that do not end a run still deserve a Warning event.
+            if let (StepKind::Cleanup | StepKind::ForceUnlock, Err(f)) = (kind, &result) {
                 self.warn(&key, f).await;
             }
-            snapshot.progress.push(kind, self.ports.clock.now(), result);
+            let at = self.ports.clock.now();
+            snapshot.progress.push(kind, at, result);
+            snapshot.now = at;
         }
         Err(DriverError::StepLimit {
             object: key,

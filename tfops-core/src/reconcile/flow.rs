@@ -128,15 +128,19 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Source, runner, setup, and a requested lock release: what every run that executes
-    /// Terraform needs first.
-    pub fn prepare(&mut self) -> Flow<Revision> {
+    /// The source revision: what every run that executes Terraform needs first.
+    pub fn resolve(&mut self) -> Flow<Revision> {
         let revision = match self.need(Step::ResolveSource) {
             Flow::Go((Outcome::Resolved(r), _)) => r.clone(),
             Flow::Go(_) => return unexpected(StepKind::ResolveSource),
             Flow::Stop(s) => return Flow::Stop(s),
         };
         self.st.last_attempted_revision = Some(revision.to_string());
+        Flow::Go(revision)
+    }
+
+    /// Fetch, runner, setup, and a requested lock release (after [`Run::resolve`]).
+    pub fn prepare(&mut self) -> Flow<()> {
         if let Flow::Stop(s) = self.need(Step::FetchSource) {
             return Flow::Stop(s);
         }
@@ -151,15 +155,21 @@ impl<'a> Run<'a> {
             return Flow::Stop(s);
         }
         if self.s.progress.succeeded(StepKind::ForceUnlock) {
-            self.st.lock = LockStatus::default();
-            self.remove(ConditionType::StateLocked);
-        } else if let Some(lock_id) = self.unlock_requested() {
-            return match self.got(StepKind::ForceUnlock) {
-                Got::Failed(f) => Flow::Stop(Stop::End(End::Failed(f.clone()))),
-                _ => Flow::Stop(Stop::Next(Step::ForceUnlock { lock_id })),
-            };
+            self.lock_released();
+        } else if let Some(lock_id) = self.unlock_requested()
+            && !self.s.progress.attempted(StepKind::ForceUnlock)
+        {
+            return Flow::Stop(Stop::Next(Step::ForceUnlock { lock_id }));
         }
-        Flow::Go(revision)
+        // A requested unlock that failed does not end the run: the lock may have been released
+        // by its holder meanwhile, and the next Terraform command says whether it still is.
+        Flow::Go(())
+    }
+
+    /// Records that no lock stops Terraform (a release, or a command that took the lock).
+    pub fn lock_released(&mut self) {
+        self.st.lock = LockStatus::default();
+        self.remove(ConditionType::StateLocked);
     }
 
     /// The lock id a user asked to release, if it is the lock that stopped the last run.

@@ -49,7 +49,7 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
         }
     }
     mark_started(&mut run);
-    let revision = go!(run, run.prepare());
+    let revision = go!(run, run.resolve());
     if let Some(message) = dependencies_behind(s, &revision) {
         run.set(
             ConditionType::Ready,
@@ -57,9 +57,9 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
             Reason::DependencyNotReady,
             message,
         );
-        // The runner may be up already; end without counting a failure, and check again soon.
-        return run.finish(Stop::End(End::Waiting));
+        return run.end(End::Waiting);
     }
+    go!(run, run.prepare());
     let drift = go!(run, detect_drift(&mut run, &valid, &revision));
     go!(run, plan_and_apply(&mut run, &valid, &revision, drift));
     run.end(End::Success)
@@ -178,6 +178,7 @@ fn detect_drift(run: &mut Run<'_>, valid: &ValidSpec, revision: &Revision) -> Fl
     let Outcome::DriftChecked { drifted } = outcome else {
         return Flow::Go(false);
     };
+    run.lock_released();
     if drifted.is_empty() {
         run.set(
             ConditionType::Ready,
@@ -310,6 +311,7 @@ fn plan_and_apply(
     else {
         return Flow::Go(());
     };
+    run.lock_released();
     run.st.last_planned_revision = Some(revision.to_string());
     run.st.last_plan_at = Some(at);
     let mut applied = false;
