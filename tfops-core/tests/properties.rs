@@ -423,11 +423,7 @@ fn check_replay(
         let snapshot = Snapshot {
             object: before.clone(),
             dependencies: deps.to_vec(),
-            dependants: if n == 0 {
-                dependants.clone()
-            } else {
-                dependants.clone()
-            },
+            dependants: dependants.clone(),
             progress: progress.clone(),
             now,
         };
