@@ -426,6 +426,7 @@ fn check_replay(
             dependants: dependants.clone(),
             progress: progress.clone(),
             now,
+            started_at: now0,
         };
         let first = decide(&snapshot);
         prop_assert_eq!(

@@ -702,3 +702,123 @@ async fn regression_unlock_of_an_already_released_lock_does_not_block() {
     reconcile(&w, &key).await;
     assert!(w.object(&key).is_none());
 }
+
+#[tokio::test]
+async fn deletion_with_destroy_of_an_object_that_never_applied_needs_no_runner() {
+    let w = world();
+    let key = w.create(object(
+        "vpc",
+        json!({"approvePlan": "auto", "destroyResourcesOnDeletion": true, "varsFrom": [{"kind": "Secret", "name": "gone"}]}),
+    ));
+    reconcile(&w, &key).await;
+    assert_eq!(ready(&w, &key).1, "VarsGenerationFailed");
+    let sessions = w.lock().sessions;
+    w.delete(&key);
+    w.advance(Duration::from_secs(16));
+    reconcile(&w, &key).await;
+    assert!(
+        w.object(&key).is_none(),
+        "nothing to destroy, so nothing holds the deletion"
+    );
+    assert_eq!(w.lock().sessions, sessions);
+}
+
+#[tokio::test]
+async fn a_dependency_on_the_same_source_must_have_applied_the_same_revision() {
+    let w = world();
+    let net = w.create(object("net", json!({"approvePlan": "auto"})));
+    let app = w.create(object(
+        "app",
+        json!({"approvePlan": "auto", "path": "app", "dependsOn": [{"name": "net"}]}),
+    ));
+    reconcile(&w, &net).await;
+    w.publish(REPO, "main", SHA2, &[("terraform_data.a", "2")]);
+    let report = reconcile(&w, &app).await;
+    let (status, reason, message) = ready(&w, &app);
+    assert_eq!((status, reason.as_str()), (Unknown, "DependencyNotReady"));
+    assert!(
+        message.contains(&format!("has not applied main@sha1:{SHA2}")),
+        "{message}"
+    );
+    assert_eq!(w.lock().sessions, 1, "no runner for the waiting dependant");
+    assert_eq!(report.requeue_after, Some(Duration::from_secs(15)));
+    w.annotate(&net, annotations::RECONCILE, "new commit");
+    reconcile(&w, &net).await;
+    reconcile(&w, &app).await;
+    assert_eq!(w.applies(&app), 1);
+}
+
+#[tokio::test]
+async fn a_failed_status_write_ends_the_reconcile_without_leaving_a_runner() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    // Writes: run started, revision resolved, runner started; the next one (after the plan)
+    // fails while the runner is up.
+    w.fail_after(
+        FakeOp::WriteStatus,
+        3,
+        PortError::Unavailable("apiserver".into()),
+    );
+    let err = w.reconcile(&key).await.unwrap_err();
+    assert!(
+        err.to_string().contains("writing the status of team-a/vpc"),
+        "{err}"
+    );
+    assert_eq!(w.lock().sessions, 1);
+    assert_eq!(
+        w.calls_of(&key, FakeOp::Plan),
+        1,
+        "the failure came after the plan"
+    );
+    assert_eq!(
+        w.calls_of(&key, FakeOp::Cleanup),
+        1,
+        "the started runner is cleaned up"
+    );
+    // The next reconcile recovers: the apply runs and is recorded.
+    reconcile(&w, &key).await;
+    assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+}
+
+#[test]
+fn an_unknown_binary_is_refused_with_the_allowed_values() {
+    let err = serde_json::from_value::<tfops_core::api::TerraformSpec>(json!({
+        "sourceRef": {"kind": "GitRepository", "url": REPO},
+        "runner": {"binary": "tofuu"}
+    }))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("tofuu") && err.contains("terraform") && err.contains("tofu"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_plan_without_changes_counts_as_applied_so_the_next_interval_checks_drift() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    reconcile(&w, &key).await;
+    w.edit(&key, |s| s.retry_interval = "20s".into()); // a new generation, same plan
+    reconcile(&w, &key).await;
+    assert_eq!(ready(&w, &key).1, "TerraformPlannedNoChanges");
+    w.advance(Duration::from_secs(601));
+    reconcile(&w, &key).await;
+    assert_eq!(ready(&w, &key).1, "NoDrift");
+    assert_eq!(w.applies(&key), 1);
+}
+
+#[tokio::test]
+async fn a_run_writes_its_status_a_few_times_not_at_every_step() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    let report = reconcile(&w, &key).await;
+    let steps = report.records.len();
+    let writes = w.lock().status_writes;
+    // Run started, revision resolved, runner known, plan made, applied, outputs and the end of
+    // the run: each changes what a user sees; fetch, setup and cleanup write nothing new.
+    assert_eq!((steps, writes), (9, 6), "{:?}", report.records);
+    // Nothing changed, nothing written.
+    reconcile(&w, &key).await;
+    assert_eq!(w.lock().status_writes, 6);
+}

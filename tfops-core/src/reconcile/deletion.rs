@@ -12,7 +12,7 @@ use super::flow::{End, Flow, Run, Stop, go};
 use super::model::{Decision, Snapshot, Step, StepKind};
 use super::timing::{backoff, elapsed};
 use crate::api::validate;
-use crate::conditions::{ConditionStatus, ConditionType, Reason};
+use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
 
 /// Used when the spec is invalid and cannot tell.
 const FALLBACK_RETRY: Duration = Duration::from_secs(15);
@@ -63,7 +63,11 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
         Reason::Finalizing,
         "deleting",
     );
-    let destroy = s.object.spec.destroy_resources_on_deletion;
+    // An object that never attempted an apply has nothing to destroy: skipping the runner then
+    // keeps a missing Secret or an unreachable source from holding the deletion.
+    let never_applied = start.last_applied_revision.is_none()
+        && conditions::find(&start.conditions, ConditionType::Apply).is_none();
+    let destroy = s.object.spec.destroy_resources_on_deletion && !never_applied;
     if destroy {
         if let Err(e) = &valid {
             let message = format!(
@@ -117,11 +121,16 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
             return run.next(Step::Cleanup);
         }
     } else {
+        let message = if never_applied {
+            "deleting (nothing to destroy: no apply was ever attempted)"
+        } else {
+            "deleting (resources are kept: destroyResourcesOnDeletion is false)"
+        };
         run.set(
             ConditionType::Ready,
             ConditionStatus::Unknown,
             Reason::Finalizing,
-            "deleting (resources are kept: destroyResourcesOnDeletion is false)",
+            message,
         );
     }
     go!(run, run.need(Step::DeletePlansAndOutputs));

@@ -93,16 +93,32 @@ impl Driver {
         dependencies: Vec<DependencyState>,
         dependants: Vec<ObjectKey>,
     ) -> Result<RunReport, DriverError> {
-        let key = object.key();
-        let mut written = object.status.clone();
-        let mut snapshot = Snapshot {
+        let now = self.ports.clock.now();
+        let snapshot = Snapshot {
             object,
             dependencies,
             dependants,
             progress: Progress::default(),
-            now: self.ports.clock.now(),
+            now,
+            started_at: now,
         };
         let mut state = RunState::default();
+        let result = self.run_steps(snapshot, &mut state).await;
+        if let Some(mut session) = state.session.take() {
+            // Reached only when the run stopped early (a status write failed): never leave a
+            // runner behind; the next reconcile starts afresh.
+            let _ = session.cleanup().await;
+        }
+        result
+    }
+
+    async fn run_steps(
+        &self,
+        mut snapshot: Snapshot,
+        state: &mut RunState,
+    ) -> Result<RunReport, DriverError> {
+        let key = snapshot.object.key();
+        let mut written = snapshot.object.status.clone();
         // Each decision is taken at the time the previous step finished (the first at the
         // start), so a run can be replayed exactly from its records.
         for _ in 0..self.max_steps {
@@ -122,11 +138,6 @@ impl Driver {
                 written = decision.status;
             }
             if let Step::Done { requeue_after } = decision.step {
-                if let Some(mut session) = state.session.take() {
-                    // Unreachable when decisions are right (every run ends with Cleanup);
-                    // still never leave a runner behind.
-                    let _ = session.cleanup().await;
-                }
                 return Ok(RunReport {
                     records: snapshot.progress.records,
                     requeue_after,
@@ -134,9 +145,7 @@ impl Driver {
                 });
             }
             let kind = decision.step.kind();
-            let result = self
-                .perform(&snapshot.object, decision.step, &mut state)
-                .await;
+            let result = self.perform(&snapshot.object, decision.step, state).await;
             // Failures that do not end a run still deserve a Warning event.
             if let (StepKind::Cleanup | StepKind::ForceUnlock, Err(f)) = (kind, &result) {
                 self.warn(&key, f).await;

@@ -111,7 +111,7 @@ impl<'a> Run<'a> {
             reason,
             message,
             generation,
-            self.s.now,
+            self.s.started_at,
         );
     }
 
@@ -234,16 +234,28 @@ impl<'a> Run<'a> {
             }
             End::Stalled => None,
         };
+        self.st.observed_generation = self.generation();
+        self.st.last_run_at = Some(self.ended_at());
+        self.remove(ConditionType::Reconciling);
         let runner_up = self.s.progress.succeeded(StepKind::StartRunner);
         if runner_up && !self.s.progress.attempted(StepKind::Cleanup) {
             return self.next(Step::Cleanup);
         }
-        self.st.observed_generation = self.generation();
-        self.st.last_run_at = Some(self.s.now);
-        self.remove(ConditionType::Reconciling);
         self.next(Step::Done {
             requeue_after: requeue,
         })
+    }
+
+    /// When the run's work ended: the end of its last step before cleanup (or its start), so
+    /// the status decided before cleanup and after it are the same, and written once.
+    fn ended_at(&self) -> jiff::Timestamp {
+        self.s
+            .progress
+            .records
+            .iter()
+            .rev()
+            .find(|r| r.step != StepKind::Cleanup)
+            .map_or(self.s.started_at, |r| r.at)
     }
 
     fn is_stalled_by(&self, reason: Reason) -> bool {

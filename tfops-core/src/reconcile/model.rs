@@ -21,6 +21,9 @@ pub struct Snapshot {
     pub progress: Progress,
     /// The current time.
     pub now: jiff::Timestamp,
+    /// When this run (this reconcile) started: the transition time of conditions it changes,
+    /// so that deciding again later in the run gives the same status and writes nothing new.
+    pub started_at: jiff::Timestamp,
 }
 
 /// A dependency as found.

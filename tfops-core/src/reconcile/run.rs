@@ -323,6 +323,11 @@ fn plan_and_apply(
             Reason::TerraformPlannedNoChanges,
             format!("no changes at {revision}"),
         );
+        if !destroy {
+            // The infrastructure matches this revision: it counts as applied, so the next
+            // interval checks drift instead of planning again.
+            run.st.last_applied_revision = Some(revision.to_string());
+        }
         if destroy {
             run.st.inventory.clear();
             run.st.available_outputs.clear();

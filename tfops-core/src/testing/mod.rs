@@ -98,11 +98,13 @@ pub struct WorldState {
     pub calls: Vec<Call>,
     /// How many runner sessions were started.
     pub sessions: usize,
+    /// How many status writes succeeded.
+    pub status_writes: usize,
     /// The current time.
     pub now: jiff::Timestamp,
     /// How far the clock moves at each reading.
     pub tick: Duration,
-    one_shot: BTreeMap<FakeOp, VecDeque<PortError>>,
+    one_shot: BTreeMap<FakeOp, VecDeque<(usize, PortError)>>,
     always: BTreeMap<FakeOp, PortError>,
 }
 
@@ -151,7 +153,16 @@ impl FakeWorld {
 
     /// The next call of `op` fails with `error` (queued: several calls queue several failures).
     pub fn fail_next(&self, op: FakeOp, error: PortError) {
-        self.lock().one_shot.entry(op).or_default().push_back(error);
+        self.fail_after(op, 0, error);
+    }
+
+    /// The call of `op` after the next `successes` ones fails with `error`.
+    pub fn fail_after(&self, op: FakeOp, successes: usize, error: PortError) {
+        self.lock()
+            .one_shot
+            .entry(op)
+            .or_default()
+            .push_back((successes, error));
     }
 
     /// Every call of `op` fails with `error` until [`FakeWorld::heal`].
@@ -169,8 +180,16 @@ impl FakeWorld {
     /// Fails if a fault is set for `op`.
     pub(crate) fn check(&self, op: FakeOp) -> Result<(), PortError> {
         let mut w = self.lock();
-        if let Some(e) = w.one_shot.get_mut(&op).and_then(VecDeque::pop_front) {
-            return Err(e);
+        if let Some(queue) = w.one_shot.get_mut(&op)
+            && let Some((successes, _)) = queue.front_mut()
+        {
+            if *successes > 0 {
+                *successes -= 1;
+                return Ok(());
+            }
+            if let Some((_, e)) = queue.pop_front() {
+                return Err(e);
+            }
         }
         w.always.get(&op).cloned().map_or(Ok(()), Err)
     }

@@ -277,6 +277,7 @@ impl ObjectWriter for FakeWorld {
             .get_mut(object)
             .ok_or_else(|| PortError::NotFound(format!("{object}")))?;
         o.status = status.clone();
+        w.status_writes += 1;
         Ok(())
     }
 
