@@ -70,22 +70,9 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
     let destroy = s.object.spec.destroy_resources_on_deletion && !never_applied;
     if destroy {
         if let Err(e) = &valid {
-            let message = format!(
+            return run.invalid_spec(format!(
                 "cannot destroy resources with an invalid spec ({e}); fix the spec, or set destroyResourcesOnDeletion: false to delete the object without destroying"
-            );
-            run.set(
-                ConditionType::Ready,
-                ConditionStatus::False,
-                Reason::InvalidSpec,
-                message.clone(),
-            );
-            run.set(
-                ConditionType::Stalled,
-                ConditionStatus::True,
-                Reason::InvalidSpec,
-                message,
-            );
-            return run.end(End::Stalled);
+            ));
         }
         run.set(
             ConditionType::Ready,

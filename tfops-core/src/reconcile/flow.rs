@@ -185,6 +185,39 @@ impl<'a> Run<'a> {
         (by_annotation || by_spec).then(|| pending.clone())
     }
 
+    /// `Ready=False` and `Stalled=True` with the same reason and message.
+    pub fn set_stalled(&mut self, reason: Reason, message: String) {
+        self.set(
+            ConditionType::Ready,
+            ConditionStatus::False,
+            reason,
+            message.clone(),
+        );
+        self.set(
+            ConditionType::Stalled,
+            ConditionStatus::True,
+            reason,
+            message,
+        );
+    }
+
+    /// Ends the run as stalled by an invalid spec: nothing happens until the spec changes.
+    pub fn invalid_spec(mut self, message: String) -> Decision {
+        self.set_stalled(Reason::InvalidSpec, message);
+        self.end(End::Stalled)
+    }
+
+    /// Ends the run waiting for dependencies, without counting a failure.
+    pub fn wait_for_dependencies(mut self, message: String) -> Decision {
+        self.set(
+            ConditionType::Ready,
+            ConditionStatus::Unknown,
+            Reason::DependencyNotReady,
+            message,
+        );
+        self.end(End::Waiting)
+    }
+
     /// Turns a stop into the decision: the next step, or the end of the run.
     pub fn finish(self, stop: Stop) -> Decision {
         match stop {
@@ -301,18 +334,7 @@ impl<'a> Run<'a> {
                 failure.message,
                 annotations::RECONCILE
             );
-            self.set(
-                ConditionType::Ready,
-                ConditionStatus::False,
-                Reason::RetryLimitReached,
-                message.clone(),
-            );
-            self.set(
-                ConditionType::Stalled,
-                ConditionStatus::True,
-                Reason::RetryLimitReached,
-                message,
-            );
+            self.set_stalled(Reason::RetryLimitReached, message);
             None
         } else {
             let wait = backoff(self.retry_interval, self.interval, failures);

@@ -39,25 +39,13 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
             });
         }
         if let Some(message) = dependencies_not_ready(s) {
-            run.set(
-                ConditionType::Ready,
-                ConditionStatus::Unknown,
-                Reason::DependencyNotReady,
-                message,
-            );
-            return run.end(End::Waiting);
+            return run.wait_for_dependencies(message);
         }
     }
     mark_started(&mut run);
     let revision = go!(run, run.resolve());
     if let Some(message) = dependencies_behind(s, &revision) {
-        run.set(
-            ConditionType::Ready,
-            ConditionStatus::Unknown,
-            Reason::DependencyNotReady,
-            message,
-        );
-        return run.end(End::Waiting);
+        return run.wait_for_dependencies(message);
     }
     go!(run, run.prepare());
     let drift = go!(run, detect_drift(&mut run, &valid, &revision));
@@ -66,21 +54,8 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
 }
 
 fn invalid(s: &Snapshot, errors: &ValidationErrors) -> Decision {
-    let mut run = Run::new(s, std::time::Duration::ZERO, std::time::Duration::ZERO);
-    let message = format!("{errors}");
-    run.set(
-        ConditionType::Ready,
-        ConditionStatus::False,
-        Reason::InvalidSpec,
-        message.clone(),
-    );
-    run.set(
-        ConditionType::Stalled,
-        ConditionStatus::True,
-        Reason::InvalidSpec,
-        message,
-    );
-    run.end(End::Stalled)
+    Run::new(s, std::time::Duration::ZERO, std::time::Duration::ZERO)
+        .invalid_spec(errors.to_string())
 }
 
 fn mark_started(run: &mut Run<'_>) {
