@@ -38,22 +38,23 @@ pub const VERSION: &str = "v1alpha1";
 /// The kind.
 pub const KIND: &str = "Terraform";
 
-/// Annotations a user (or an Argo CD resource action) sets to ask something of tfops.
-///
-/// Each Argo CD action is a plain edit of the object:
-///
-/// | action | edit |
-/// | --- | --- |
-/// | approve | `spec.approvePlan: <status.plan.pending>`, or the [`APPROVE`] annotation with that id plus a new [`RECONCILE`] value |
-/// | re-plan | [`REPLAN`] set to a new value (a timestamp): a fresh plan even when nothing changed |
-/// | suspend / resume | `spec.suspend: true` / `false` |
-/// | force-unlock | [`FORCE_UNLOCK`] set to `status.lock.pending` plus a new [`RECONCILE`] value (or `spec.tfstate.forceUnlock: yes` with `lockIdentifier`) |
-///
-/// An approval counts only for a plan that was pending before it was given, made from the same
-/// spec (apart from `approvePlan`): plan ids name a source revision, so this is what keeps an
-/// old approval from applying a newer plan of the same revision that nobody reviewed.
-/// | reconcile now | [`RECONCILE`] set to a new value (a timestamp) |
 pub mod annotations {
+    //! Annotations a user (or an Argo CD resource action) sets to ask something of tfops.
+    //!
+    //! Each Argo CD action is a plain edit of the object:
+    //!
+    //! | action | edit |
+    //! | --- | --- |
+    //! | approve | `spec.approvePlan: <status.plan.pending>`, or the [`APPROVE`] annotation with that id plus a new [`RECONCILE`] value |
+    //! | re-plan | [`REPLAN`] set to a new value (a timestamp): a fresh plan even when nothing changed |
+    //! | suspend / resume | `spec.suspend: true` / `false` |
+    //! | force-unlock | [`FORCE_UNLOCK`] set to `status.lock.pending` plus a new [`RECONCILE`] value (or `spec.tfstate.forceUnlock: yes` with `lockIdentifier`) |
+    //! | reconcile now | [`RECONCILE`] set to a new value (a timestamp) |
+    //!
+    //! An approval counts only for a plan that was pending before it was given, made from the same
+    //! spec (apart from `approvePlan`): plan ids name a source revision, so this is what keeps an
+    //! old approval from applying a newer plan of the same revision that nobody reviewed.
+
     /// Any new value requests a run now; the handled value is kept in
     /// `status.lastHandledReconcileAt`.
     pub const RECONCILE: &str = "infra.argocd.io/reconcile";

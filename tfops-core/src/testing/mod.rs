@@ -5,7 +5,7 @@
 //! a set of resources, Secrets for inputs, and per-object infrastructure with a Terraform-like
 //! state, lock and drift. It implements every port; [`FakeWorld::ports`] hands it to a
 //! [`crate::reconcile::Driver`]. Any operation can be made to fail with [`FakeWorld::fail_next`]
-//! or [`FakeWorld::fail_always`], and every runner command is recorded in [`FakeWorld::calls`].
+//! or [`FakeWorld::fail_always`], and every runner command is recorded in [`WorldState::calls`].
 
 mod ports;
 mod runner;
