@@ -35,6 +35,8 @@ enum Edit {
     DeleteStateOnDestroy,
     Retries(i64),
     ForceUnlockAuto,
+    /// Adds or removes `app`'s dependency on `net` (on `net` itself: no effect, to avoid a cycle).
+    Dependency,
 }
 
 #[derive(Debug, Clone)]
@@ -69,6 +71,7 @@ fn edit() -> impl Strategy<Value = Edit> {
         1 => Just(Edit::DeleteStateOnDestroy),
         1 => (-1i64..3).prop_map(Edit::Retries),
         1 => Just(Edit::ForceUnlockAuto),
+        1 => Just(Edit::Dependency),
     ]
 }
 
@@ -197,6 +200,15 @@ impl Model {
                         s.tfstate.delete_on_destroy = !s.tfstate.delete_on_destroy
                     }
                     Edit::Retries(n) => s.remediation.retries = n,
+                    Edit::Dependency if i == 1 => {
+                        if s.depends_on.is_empty() {
+                            s.depends_on =
+                                vec![serde_json::from_value(json!({"name": "net"})).unwrap()];
+                        } else {
+                            s.depends_on.clear();
+                        }
+                    }
+                    Edit::Dependency => {}
                     Edit::ForceUnlockAuto => {
                         s.tfstate.force_unlock = match s.tfstate.force_unlock {
                             tfops_core::api::ForceUnlock::Auto => tfops_core::api::ForceUnlock::No,
