@@ -19,6 +19,7 @@ pub mod api;
 pub mod conditions;
 pub mod duration;
 pub mod naming;
+pub mod plan;
 pub mod ports;
 pub mod reconcile;
 #[cfg(feature = "testing")]
