@@ -22,6 +22,7 @@ pub mod naming;
 pub mod plan;
 pub mod ports;
 pub mod reconcile;
+pub mod source;
 #[cfg(feature = "testing")]
 pub mod testing;
 
