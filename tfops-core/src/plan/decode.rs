@@ -103,7 +103,7 @@ impl<S: ChunkSource> ChunkReader<S> {
         check_identity(&self.index, &chunk, position)?;
         let intact = chunk.header.index == position
             && chunk.data.len() as u64 == expected.size
-            && hex(&Sha256::digest(&chunk.data)) == expected.sha256;
+            && crc32fast::hash(&chunk.data) == expected.crc32;
         if !intact {
             return Err(PlanError::ChunkCorrupt { index: position });
         }
@@ -284,6 +284,9 @@ pub fn decode_to_vec<S: ChunkSource>(
 ) -> Result<Vec<u8>, PlanError> {
     let capacity = usize::try_from(index.total_size.min(config.max_plan_size)).unwrap_or(0);
     let mut out = Vec::with_capacity(capacity);
-    decode_to_writer(index, source, config, &mut out)?;
+    // Straight into the vector's spare room: no intermediate buffer.
+    PlanDecoder::new(index, source, config)?
+        .read_to_end(&mut out)
+        .map_err(PlanError::from_io)?;
     Ok(out)
 }

@@ -61,7 +61,7 @@ impl<S: ChunkSink> Chunker<S> {
         let tail = self.buf.split_off(cut);
         let data = std::mem::replace(&mut self.buf, tail);
         self.buf.reserve(self.chunk_size);
-        let sha256 = hex(&Sha256::digest(&data));
+        let crc32 = crc32fast::hash(&data);
         let size = data.len() as u64;
         let header = ChunkHeader {
             format: FORMAT_VERSION,
@@ -72,10 +72,10 @@ impl<S: ChunkSink> Chunker<S> {
                 limit: u64::from(u32::MAX),
             })?,
             size,
-            sha256: sha256.clone(),
+            crc32,
         };
         self.sink.put(Chunk { header, data })?;
-        self.refs.push(ChunkRef { size, sha256 });
+        self.refs.push(ChunkRef { size, crc32 });
         self.stored += size;
         Ok(())
     }
@@ -162,13 +162,17 @@ impl<S: ChunkSink> PlanEncoder<S> {
         }
     }
 
-    fn worth_compressing(&self, sample: &[u8], level: i32) -> Result<Option<Vec<u8>>, PlanError> {
-        if sample.is_empty() && self.config.policy != CompressionPolicy::Always {
-            return Ok(None);
+    /// Whether the sample shrinks enough, judged at the fast level (a strong level spends its
+    /// time in vain on incompressible data).
+    fn worth_compressing(&self, sample: &[u8]) -> Result<bool, PlanError> {
+        if self.config.policy == CompressionPolicy::Always {
+            return Ok(true);
         }
-        let compressed = zstd::bulk::compress(sample, level)?;
-        let gain = (compressed.len() as f64) < (sample.len() as f64) * self.config.min_gain;
-        Ok((gain || self.config.policy == CompressionPolicy::Always).then_some(compressed))
+        if sample.is_empty() {
+            return Ok(false);
+        }
+        let trial = zstd::bulk::compress(sample, self.config.large_level)?;
+        Ok((trial.len() as f64) < (sample.len() as f64) * self.config.min_gain)
     }
 
     /// The sample is full: choose how to store the rest of the stream.
@@ -177,9 +181,7 @@ impl<S: ChunkSink> PlanEncoder<S> {
         else {
             return Ok(());
         };
-        let compress = self
-            .worth_compressing(&sample, self.config.large_level)?
-            .is_some();
+        let compress = self.worth_compressing(&sample)?;
         self.state = if compress {
             let mut encoder = zstd::stream::write::Encoder::new(chunker, self.config.large_level)?;
             encoder.include_checksum(false)?;
@@ -227,16 +229,16 @@ impl<S: ChunkSink> PlanEncoder<S> {
             State::Sampling {
                 sample,
                 mut chunker,
-            } => match self.worth_compressing(&sample, self.config.small_level)? {
-                Some(compressed) => {
+            } => {
+                if self.worth_compressing(&sample)? {
+                    let compressed = zstd::bulk::compress(&sample, self.config.small_level)?;
                     chunker.push(&compressed)?;
                     (chunker, Compression::Zstd)
-                }
-                None => {
+                } else {
                     chunker.push(&sample)?;
                     (chunker, Compression::None)
                 }
-            },
+            }
             State::Raw(chunker) => (chunker, Compression::None),
             State::Zstd(encoder) => (
                 encoder.finish().map_err(PlanError::from_io)?,

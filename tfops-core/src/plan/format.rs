@@ -83,7 +83,7 @@ impl Default for CodecConfig {
             max_plan_size: 1 << 30,
             policy: CompressionPolicy::Auto,
             sample_size: 1 << 20,
-            small_level: 19,
+            small_level: 13,
             large_level: 3,
             min_gain: 0.95,
             text: false,
@@ -116,8 +116,9 @@ pub struct ChunkHeader {
     pub index: u32,
     /// Its size in bytes.
     pub size: u64,
-    /// SHA-256 of its bytes, hex.
-    pub sha256: String,
+    /// CRC-32 (IEEE) of its bytes: catches a damaged chunk before any of it is used. The
+    /// plan's SHA-256 in the index is what vouches for the whole plan.
+    pub crc32: u32,
 }
 
 /// One piece of a stored plan: what a Secret (or ConfigMap) holds.
@@ -129,14 +130,14 @@ pub struct Chunk {
     pub data: Vec<u8>,
 }
 
-/// Size and hash of one chunk, as listed in the index.
+/// Size and checksum of one chunk, as listed in the index.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChunkRef {
     /// Size in bytes.
     pub size: u64,
-    /// SHA-256, hex.
-    pub sha256: String,
+    /// CRC-32 (IEEE).
+    pub crc32: u32,
 }
 
 /// Describes a stored plan; written last, read first.

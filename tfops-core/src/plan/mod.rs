@@ -5,19 +5,19 @@
 //! streaming: [`PlanEncoder`] is a [`std::io::Write`] that turns plan bytes into [`Chunk`]s
 //! handed to a [`ChunkSink`] as they fill up, and ends with a [`PlanIndex`] describing the set;
 //! [`PlanDecoder`] is a [`std::io::Read`] that pulls chunks from a [`ChunkSource`], verifies
-//! each one before releasing a byte of it, and fails at the end unless size and SHA-256 of the
+//! each one (size and CRC-32) before releasing a byte of it, and fails at the end unless size and SHA-256 of the
 //! whole plan match. Neither holds more than a chunk (plus the compressor's window) in memory.
 //!
 //! **Compression** is chosen per plan and recorded in the index: the first
 //! [`CodecConfig::sample_size`] bytes are tried with zstd, and the plan is stored as is when
 //! they do not shrink (incompressible data costs no compression time). A plan that fits in the
-//! sample is compressed at zstd's strongest level (cheap at that size, and smaller than gzip on
-//! Terraform's own zip-based plan files); a larger one is streamed at a fast level.
+//! sample is compressed at a strong zstd level (13: cheap at that size, and smaller than gzip
+//! on Terraform's zip-based plan files); a larger one is streamed at a fast level (3).
 //!
 //! **Replacing a plan atomically** (what a store must do): write every chunk of the new upload
 //! under names that include its upload id, then write the index, then delete the old chunks. A
 //! reader follows the index it read; chunks of another upload, another plan, or damaged ones
-//! are refused by their header and hash ([`PlanError::StaleChunk`],
+//! are refused by their header and checksum ([`PlanError::StaleChunk`],
 //! [`PlanError::MixedPlanIds`], [`PlanError::ChunkCorrupt`]), so a reader never assembles half
 //! of an old plan with half of a new one.
 //!
