@@ -457,3 +457,15 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_stream_that_does_not_decompress_is_reported_as_corrupt() {
+    let config = small(1 << 20);
+    // Raw bytes described, consistently, as zstd: every chunk checks out, the stream does not.
+    let data = noise(5000, 4);
+    let (mut index, chunks) = encode(&data, &config);
+    assert_eq!(index.compression, "none");
+    index.compression = "zstd".into();
+    let err = decode(&index, chunks, &config).unwrap_err();
+    assert!(matches!(err, PlanError::CorruptStream { .. }), "{err}");
+}
