@@ -1,6 +1,24 @@
 //! The runner: the only place `terraform` or `tofu` runs.
 //!
-//! Not written yet. This crate will hold `proto/runner.proto` (the contract between the
-//! controller and a runner Pod), the gRPC server that writes backend, variables, file mappings
-//! and CLI config and spawns `terraform`/`tofu`, its client (which implements
-//! `tfops_core::ports::RunnerSession`), and the mutual-TLS certificate authority made with rcgen.
+//! - [`proto`]: the generated gRPC types of `proto/runner.proto`.
+//! - [`tls`]: the certificate authority the controller owns, per-namespace server certificates
+//!   and the controller's client certificate (rcgen), and rotation.
+//! - [`exec`]: spawning Terraform with `tokio::process`, streaming its lines, cancellation.
+//! - [`workdir`]: the working directory: backend override, variables, file mappings, CLI config.
+
+pub mod exec;
+pub mod terraform;
+pub mod tls;
+pub mod workdir;
+
+/// Generated from `proto/runner.proto`.
+#[allow(
+    missing_docs,
+    clippy::all,
+    clippy::pedantic,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+pub mod proto {
+    tonic::include_proto!("tfops.runner.v1");
+}

@@ -1,0 +1,204 @@
+//! Spawning `terraform`/`tofu`: lines streamed as they come, cancellation that lets Terraform
+//! release its lock (SIGTERM, then SIGKILL after a grace period).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::Command;
+use tokio::sync::{mpsc, watch};
+
+/// Which stream a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exit {
+    /// The exit code (-1 when killed by a signal).
+    pub code: i32,
+    /// Whether it was cancelled.
+    pub cancelled: bool,
+    /// Standard output, when captured.
+    pub stdout: String,
+    /// Standard error (always captured: it holds Terraform's diagnostics).
+    pub stderr: String,
+}
+
+/// One invocation.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// The binary.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Working directory.
+    pub dir: PathBuf,
+    /// Extra environment.
+    pub env: BTreeMap<String, String>,
+    /// Keep standard output in [`Exit::stdout`] (JSON results) instead of only streaming it.
+    pub capture_stdout: bool,
+    /// Stream standard output lines to the log (off for JSON that may hold sensitive values).
+    pub log_stdout: bool,
+}
+
+/// Why a process could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// It could not be started.
+    #[error("starting {program}")]
+    Spawn {
+        /// The binary.
+        program: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Waiting for it failed.
+    #[error("waiting for {program}")]
+    Wait {
+        /// The binary.
+        program: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+async fn pump<R: AsyncRead + Unpin>(
+    reader: R,
+    stream: Stream,
+    log: Option<mpsc::UnboundedSender<(Stream, String)>>,
+    keep: bool,
+) -> String {
+    let mut lines = BufReader::new(reader).lines();
+    let mut kept = String::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(log) = &log {
+            let _ = log.send((stream, line.clone()));
+        }
+        if keep {
+            kept.push_str(&line);
+            kept.push('\n');
+        }
+    }
+    kept
+}
+
+/// Runs `inv` to completion, sending its lines to `log`. When `cancel` turns true the process
+/// gets SIGTERM, and SIGKILL if it is still running after `grace`.
+///
+/// # Errors
+/// [`ExecError`] when the process cannot be started or waited for.
+pub async fn run(
+    inv: &Invocation,
+    log: mpsc::UnboundedSender<(Stream, String)>,
+    mut cancel: watch::Receiver<bool>,
+    grace: Duration,
+) -> Result<Exit, ExecError> {
+    let mut cmd = Command::new(&inv.program);
+    cmd.args(&inv.args)
+        .current_dir(&inv.dir)
+        .envs(&inv.env)
+        .env("TF_IN_AUTOMATION", "1")
+        .env("TF_INPUT", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|source| ExecError::Spawn {
+        program: inv.program.clone(),
+        source,
+    })?;
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let out_log = inv.log_stdout.then(|| log.clone());
+    let out_task = tokio::spawn(async move {
+        match stdout {
+            Some(s) => pump(s, Stream::Stdout, out_log, true).await,
+            None => String::new(),
+        }
+    });
+    let err_task = tokio::spawn(async move {
+        match stderr {
+            Some(s) => pump(s, Stream::Stderr, Some(log), true).await,
+            None => String::new(),
+        }
+    });
+    let mut cancelled = *cancel.borrow();
+    let status = if cancelled {
+        terminate(&mut child, grace).await
+    } else {
+        tokio::select! {
+            status = child.wait() => status,
+            _ = wait_true(&mut cancel) => {
+                cancelled = true;
+                terminate(&mut child, grace).await
+            }
+        }
+    }
+    .map_err(|source| ExecError::Wait {
+        program: inv.program.clone(),
+        source,
+    })?;
+    let stdout = out_task.await.unwrap_or_default();
+    let stderr = err_task.await.unwrap_or_default();
+    Ok(Exit {
+        code: status.code().unwrap_or(-1),
+        cancelled,
+        stdout: if inv.capture_stdout {
+            stdout
+        } else {
+            String::new()
+        },
+        stderr,
+    })
+}
+
+async fn wait_true(rx: &mut watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            // The sender is gone: nobody can cancel any more.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+async fn terminate(
+    child: &mut tokio::process::Child,
+    grace: Duration,
+) -> std::io::Result<std::process::ExitStatus> {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        // SIGTERM lets Terraform stop cleanly and release the state lock.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => status,
+        Err(_) => {
+            child.start_kill()?;
+            child.wait().await
+        }
+    }
+}
+
+/// Terraform's diagnostic from `stderr`: from the first `Error:` on (the noise before it
+/// dropped), trimmed to the length a condition message takes.
+pub fn diagnostic(stderr: &str) -> String {
+    let start = stderr
+        .find("Error:")
+        .map_or(0, |i| stderr[..i].rfind('\n').map_or(0, |n| n + 1));
+    tfops_core::reconcile::trim_message(stderr[start..].trim())
+}

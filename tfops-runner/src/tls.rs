@@ -1,0 +1,284 @@
+//! Mutual TLS between the controller and its runners.
+//!
+//! The controller owns a certificate authority ([`Pki`]). It issues a server certificate per
+//! namespace, stored in that namespace's `terraform-runner.tls` Secret as `ca.crt`, `tls.crt`
+//! and `tls.key` ([`RunnerSecret`]); **the CA's private key never leaves the controller**. The
+//! controller connects with its own client certificate from the same CA, and checks the
+//! runner's certificate against the name [`runner_server_name`] of the namespace, whatever the
+//! Pod's IP.
+//!
+//! Rotation: the CA is renewed a look-ahead before it expires, and the previous CA stays
+//! trusted (in `ca.crt` and in the controller's roots) until it expires, so certificates of
+//! either generation are accepted during the switch and no run fails with an unknown
+//! authority.
+
+use std::time::{Duration, SystemTime};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+
+/// Why a certificate could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// rcgen refused the parameters or failed to sign.
+    #[error("generating a certificate")]
+    Generate(#[from] rcgen::Error),
+}
+
+/// The name the runner's server certificate carries for `namespace`; the controller verifies
+/// it while dialling the Pod by IP.
+pub fn runner_server_name(namespace: &str) -> String {
+    format!("tf-runner.{namespace}.tfops")
+}
+
+/// A certificate and its key, in PEM.
+#[derive(Clone)]
+pub struct Pem {
+    /// The certificate.
+    pub cert: String,
+    /// The private key (never logged).
+    pub key: String,
+    /// When it expires.
+    pub not_after: SystemTime,
+}
+
+impl std::fmt::Debug for Pem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pem")
+            .field("not_after", &self.not_after)
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// One certificate authority.
+pub struct CertificateAuthority {
+    params: CertificateParams,
+    key: KeyPair,
+    cert_pem: String,
+    not_after: SystemTime,
+}
+
+fn validity(params: &mut CertificateParams, now: SystemTime, valid_for: Duration) -> SystemTime {
+    // Tolerate clocks a little behind ours.
+    let not_before = now.checked_sub(Duration::from_secs(300)).unwrap_or(now);
+    let not_after = now + valid_for;
+    params.not_before = time::OffsetDateTime::from(not_before);
+    params.not_after = time::OffsetDateTime::from(not_after);
+    not_after
+}
+
+impl CertificateAuthority {
+    /// A new CA valid from `now` for `valid_for`.
+    ///
+    /// # Errors
+    /// [`TlsError::Generate`].
+    pub fn generate(now: SystemTime, valid_for: Duration) -> Result<Self, TlsError> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "tfops controller CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let not_after = validity(&mut params, now, valid_for);
+        let cert_pem = params.self_signed(&key)?.pem();
+        Ok(Self {
+            params,
+            key,
+            cert_pem,
+            not_after,
+        })
+    }
+
+    /// The CA certificate.
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// When the CA expires.
+    pub fn not_after(&self) -> SystemTime {
+        self.not_after
+    }
+
+    fn issue(
+        &self,
+        common_name: &str,
+        sans: Vec<SanType>,
+        usage: ExtendedKeyUsagePurpose,
+        now: SystemTime,
+        valid_for: Duration,
+    ) -> Result<Pem, TlsError> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.subject_alt_names = sans;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![usage];
+        // A leaf never outlives its CA.
+        let valid_for = valid_for.min(self.not_after.duration_since(now).unwrap_or_default());
+        let not_after = validity(&mut params, now, valid_for);
+        let issuer = Issuer::from_params(&self.params, &self.key);
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok(Pem {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+            not_after,
+        })
+    }
+
+    /// A server certificate for the runners of `namespace`.
+    ///
+    /// # Errors
+    /// [`TlsError::Generate`].
+    pub fn issue_server(
+        &self,
+        namespace: &str,
+        now: SystemTime,
+        valid_for: Duration,
+    ) -> Result<Pem, TlsError> {
+        let name = runner_server_name(namespace);
+        let san = SanType::DnsName(name.clone().try_into()?);
+        self.issue(
+            &name,
+            vec![san],
+            ExtendedKeyUsagePurpose::ServerAuth,
+            now,
+            valid_for,
+        )
+    }
+
+    /// The controller's client certificate.
+    ///
+    /// # Errors
+    /// [`TlsError::Generate`].
+    pub fn issue_client(&self, now: SystemTime, valid_for: Duration) -> Result<Pem, TlsError> {
+        self.issue(
+            "tfops-controller",
+            Vec::new(),
+            ExtendedKeyUsagePurpose::ClientAuth,
+            now,
+            valid_for,
+        )
+    }
+}
+
+/// What the per-namespace `terraform-runner.tls` Secret holds: no CA key.
+#[derive(Clone)]
+pub struct RunnerSecret {
+    /// `ca.crt`: every CA currently trusted, PEM.
+    pub ca_crt: String,
+    /// `tls.crt`: the runner's server certificate.
+    pub tls_crt: String,
+    /// `tls.key`: its key.
+    pub tls_key: String,
+}
+
+impl std::fmt::Debug for RunnerSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunnerSecret")
+            .field("tls_key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Whether a certificate expiring at `not_after` must be renewed at `now`.
+pub fn needs_renewal(not_after: SystemTime, now: SystemTime, look_ahead: Duration) -> bool {
+    now + look_ahead >= not_after
+}
+
+/// The controller's public key infrastructure: the current CA, the previous one while it is
+/// still valid, and the durations in force.
+pub struct Pki {
+    current: CertificateAuthority,
+    previous: Option<CertificateAuthority>,
+    /// How long a CA is valid (`--ca-validity-duration`).
+    pub ca_validity: Duration,
+    /// How long leaf certificates are valid.
+    pub leaf_validity: Duration,
+    /// How long before expiry certificates are renewed.
+    pub look_ahead: Duration,
+}
+
+impl Pki {
+    /// A new PKI with a fresh CA.
+    ///
+    /// # Errors
+    /// [`TlsError::Generate`].
+    pub fn new(
+        now: SystemTime,
+        ca_validity: Duration,
+        leaf_validity: Duration,
+        look_ahead: Duration,
+    ) -> Result<Self, TlsError> {
+        Ok(Self {
+            current: CertificateAuthority::generate(now, ca_validity)?,
+            previous: None,
+            ca_validity,
+            leaf_validity,
+            look_ahead,
+        })
+    }
+
+    /// The CA that issues new certificates.
+    pub fn current(&self) -> &CertificateAuthority {
+        &self.current
+    }
+
+    /// Every CA to trust, PEM: the current one and, during a rotation, the previous one.
+    pub fn trust_bundle(&self) -> String {
+        let mut bundle = self.current.cert_pem.clone();
+        if let Some(previous) = &self.previous {
+            bundle.push_str(&previous.cert_pem);
+        }
+        bundle
+    }
+
+    /// Renews the CA when it is within the look-ahead of expiring, keeping the old one trusted
+    /// until it expires; forgets an expired previous CA. Returns whether the CA changed.
+    ///
+    /// # Errors
+    /// [`TlsError::Generate`].
+    pub fn rotate_if_due(&mut self, now: SystemTime) -> Result<bool, TlsError> {
+        if self.previous.as_ref().is_some_and(|p| p.not_after <= now) {
+            self.previous = None;
+        }
+        if !needs_renewal(self.current.not_after, now, self.look_ahead) {
+            return Ok(false);
+        }
+        let next = CertificateAuthority::generate(now, self.ca_validity)?;
+        self.previous = Some(std::mem::replace(&mut self.current, next));
+        Ok(true)
+    }
+
+    /// The Secret for the runners of `namespace`.
+    ///
+    /// # Errors
+    /// [`TlsError::Generate`].
+    pub fn runner_secret(
+        &self,
+        namespace: &str,
+        now: SystemTime,
+    ) -> Result<RunnerSecret, TlsError> {
+        let leaf = self
+            .current
+            .issue_server(namespace, now, self.leaf_validity)?;
+        Ok(RunnerSecret {
+            ca_crt: self.trust_bundle(),
+            tls_crt: leaf.cert,
+            tls_key: leaf.key,
+        })
+    }
+
+    /// A client certificate for the controller.
+    ///
+    /// # Errors
+    /// [`TlsError::Generate`].
+    pub fn client(&self, now: SystemTime) -> Result<Pem, TlsError> {
+        self.current.issue_client(now, self.leaf_validity)
+    }
+}

@@ -1,0 +1,172 @@
+//! The command layer against a real terraform, local backend: plan, show, apply, outputs,
+//! drift, destroy, diagnostics and cancellation.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+use tfops_runner::exec::Stream;
+use tfops_runner::terraform::{Io, PlanKind, Terraform, TfError};
+use tokio::sync::{mpsc, watch};
+
+fn tf(dir: &std::path::Path) -> Terraform {
+    let cache = dir.join(".plugin-cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    Terraform {
+        program: terraform(),
+        dir: dir.to_path_buf(),
+        env: BTreeMap::from([(
+            "TF_PLUGIN_CACHE_DIR".to_string(),
+            cache.display().to_string(),
+        )]),
+        grace: Duration::from_secs(10),
+    }
+}
+
+fn io() -> (
+    Io,
+    mpsc::UnboundedReceiver<(Stream, String)>,
+    watch::Sender<bool>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    (
+        Io {
+            log: tx,
+            cancel: cancel_rx,
+        },
+        rx,
+        cancel_tx,
+    )
+}
+
+#[tokio::test]
+async fn plan_show_apply_outputs_drift_destroy() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "");
+    let t = tf(dir.path());
+    let (io, mut log, _cancel) = io();
+    t.init(&io).await.unwrap();
+    t.select_workspace("staging", &io).await.unwrap();
+    t.select_workspace("staging", &io).await.unwrap(); // selecting an existing one works too
+
+    let plan = t.plan(PlanKind::Normal, &[], 0, &io).await.unwrap();
+    assert!(plan.has_changes);
+    assert_eq!((plan.add, plan.change, plan.destroy), (2, 0, 0));
+    let text = t.show_text(&io).await.unwrap();
+    assert!(text.contains("terraform_data.a will be created"), "{text}");
+    assert!(
+        t.show_json(&io)
+            .await
+            .unwrap()
+            .contains("\"resource_changes\"")
+    );
+    t.apply(&io).await.unwrap();
+
+    let outputs = t.outputs(&io).await.unwrap();
+    assert_eq!(outputs["a"].0, serde_json::json!("a-1"));
+    assert_eq!(outputs["color"].0, serde_json::json!("blue"));
+    assert!(outputs["secret"].1, "sensitive flag kept");
+    let inventory = t.inventory(&io).await.unwrap();
+    let addresses: Vec<&str> = inventory.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(addresses, vec!["terraform_data.a", "terraform_data.b"]);
+
+    let refresh = t.plan(PlanKind::RefreshOnly, &[], 0, &io).await.unwrap();
+    assert!(
+        !refresh.has_changes,
+        "no drift right after apply: {refresh:?}"
+    );
+
+    // Real drift: what `b` reads changed behind Terraform's back.
+    std::fs::write(
+        dir.path().join("upstream.tfstate"),
+        upstream_state("red", 2),
+    )
+    .unwrap();
+    let refresh = t.plan(PlanKind::RefreshOnly, &[], 0, &io).await.unwrap();
+    assert!(refresh.has_changes);
+    assert_eq!(
+        refresh.drifted,
+        vec!["output.upstream_color".to_string()],
+        "{refresh:?}"
+    );
+    let normal = t.plan(PlanKind::Normal, &[], 0, &io).await.unwrap();
+    assert_eq!(
+        (normal.add, normal.change, normal.destroy),
+        (0, 1, 0),
+        "b is updated: {normal:?}"
+    );
+    assert!(
+        normal.drifted.is_empty(),
+        "a normal plan reports changes, not drift"
+    );
+
+    t.destroy(&[], 0, &io).await.unwrap();
+    assert!(t.inventory(&io).await.unwrap().is_empty());
+    let mut saw_lines = false;
+    while let Ok((_, line)) = log.try_recv() {
+        assert!(
+            !line.contains("s3cr3t"),
+            "a sensitive value reached the log: {line}"
+        );
+        saw_lines = true;
+    }
+    assert!(saw_lines, "terraform's lines are streamed");
+}
+
+#[tokio::test]
+async fn a_broken_configuration_reports_terraforms_diagnostic() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("main.tf"),
+        "resource \"terraform_data\" \"x\" {\n  nonsense = 1\n}\n",
+    )
+    .unwrap();
+    let t = tf(dir.path());
+    let (io, _log, _cancel) = io();
+    t.init(&io).await.unwrap();
+    let err = t.plan(PlanKind::Normal, &[], 0, &io).await.unwrap_err();
+    match err {
+        TfError::Failed { diagnostic, .. } => {
+            assert!(
+                diagnostic.starts_with("Error: Unsupported argument"),
+                "{diagnostic}"
+            );
+            assert!(diagnostic.contains("nonsense"), "{diagnostic}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_apply_stops_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        r#"resource "terraform_data" "slow" {
+  provisioner "local-exec" {
+    command = "sleep 60"
+  }
+}"#,
+    );
+    let t = tf(dir.path());
+    let (io, _log, cancel) = io();
+    t.init(&io).await.unwrap();
+    t.plan(PlanKind::Normal, &[], 0, &io).await.unwrap();
+    let started = std::time::Instant::now();
+    let apply = tokio::spawn({
+        let t = t.clone();
+        async move { t.apply(&io).await }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cancel.send(true).unwrap();
+    let result = apply.await.unwrap();
+    assert!(matches!(result, Err(TfError::Cancelled)), "{result:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "stopped well before the sleep ended"
+    );
+}
