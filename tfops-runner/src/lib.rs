@@ -6,7 +6,9 @@
 //! - [`exec`]: spawning Terraform with `tokio::process`, streaming its lines, cancellation.
 //! - [`workdir`]: the working directory: backend override, variables, file mappings, CLI config.
 
+pub mod client;
 pub mod exec;
+pub mod server;
 pub mod terraform;
 pub mod tls;
 pub mod workdir;

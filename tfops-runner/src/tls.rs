@@ -8,9 +8,10 @@
 //! Pod's IP.
 //!
 //! Rotation: the CA is renewed a look-ahead before it expires, and the previous CA stays
-//! trusted (in `ca.crt` and in the controller's roots) until it expires, so certificates of
-//! either generation are accepted during the switch and no run fails with an unknown
-//! authority.
+//! trusted (in `ca.crt` and in the controller's roots) until it expires. New runners get
+//! server certificates of the new CA; the controller keeps presenting a client certificate of
+//! the previous CA until that CA is gone, so runners started before and after the switch all
+//! accept it and no run fails with an unknown authority.
 
 use std::time::{Duration, SystemTime};
 
@@ -274,11 +275,18 @@ impl Pki {
         })
     }
 
-    /// A client certificate for the controller.
+    /// A client certificate for the controller. During a rotation it comes from the previous
+    /// CA, which runners started before the rotation (trusting only that CA) and after it
+    /// (trusting both) all accept; once the previous CA is gone, from the current one.
     ///
     /// # Errors
     /// [`TlsError::Generate`].
     pub fn client(&self, now: SystemTime) -> Result<Pem, TlsError> {
-        self.current.issue_client(now, self.leaf_validity)
+        match &self.previous {
+            Some(previous) if previous.not_after > now => {
+                previous.issue_client(now, self.leaf_validity)
+            }
+            _ => self.current.issue_client(now, self.leaf_validity),
+        }
     }
 }

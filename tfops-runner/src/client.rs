@@ -1,0 +1,531 @@
+//! The controller's side: a gRPC client over mutual TLS, and [`Session`], which implements the
+//! core's runner-session port on it.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use async_trait::async_trait;
+use tfops_core::api::{FileLocation, InventoryEntry, TerraformObject};
+use tfops_core::naming;
+use tfops_core::ports::{
+    self, OutputValue, PlanRequest, PlanResult, PlanSummary, PortError, RunnerSession,
+    SetupRequest, ShownPlan,
+};
+use tokio::net::TcpListener;
+use tonic::transport::{
+    Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig,
+};
+
+use crate::proto::{self, run_request::Command, runner_client, runner_server};
+use crate::server::RunnerService;
+
+/// The largest gRPC message either side accepts by default (`--grpc-max-message-size`):
+/// plan files travel in one message.
+pub const DEFAULT_MAX_MESSAGE: usize = 128 << 20;
+
+/// The controller's TLS material for one runner.
+#[derive(Clone)]
+pub struct ClientTls {
+    /// Every CA to trust for the runner's certificate, PEM.
+    pub ca_bundle: String,
+    /// The controller's client certificate.
+    pub cert: String,
+    /// Its key.
+    pub key: String,
+    /// The name the runner's certificate must carry ([`crate::tls::runner_server_name`]).
+    pub server_name: String,
+}
+
+/// The runner's TLS material (what the `terraform-runner.tls` Secret holds).
+#[derive(Clone)]
+pub struct ServerTls {
+    /// `tls.crt`.
+    pub cert: String,
+    /// `tls.key`.
+    pub key: String,
+    /// `ca.crt`: the CAs whose client certificates are accepted.
+    pub client_ca_bundle: String,
+}
+
+/// Why talking to a runner failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The endpoint or TLS material is unusable, or the connection failed.
+    #[error("connecting to runner {endpoint}")]
+    Connect {
+        /// The endpoint.
+        endpoint: String,
+        /// The cause.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// A call failed.
+    #[error("runner call {call} failed: {status}")]
+    Call {
+        /// The RPC.
+        call: &'static str,
+        /// The status.
+        status: tonic::Status,
+    },
+    /// The run's stream ended without a result.
+    #[error("run {0} ended without a result")]
+    NoResult(String),
+}
+
+/// Serves `service` on `listener` with mutual TLS until `shutdown` completes.
+///
+/// # Errors
+/// The transport's error.
+pub async fn serve(
+    listener: TcpListener,
+    service: RunnerService,
+    tls: &ServerTls,
+    max_message: usize,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let config = ServerTlsConfig::new()
+        .identity(Identity::from_pem(&tls.cert, &tls.key))
+        .client_ca_root(Certificate::from_pem(&tls.client_ca_bundle));
+    Server::builder()
+        .tls_config(config)?
+        .add_service(
+            runner_server::RunnerServer::new(service)
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
+        )
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown,
+        )
+        .await
+}
+
+/// A connection to one runner.
+#[derive(Clone)]
+pub struct RunnerClient {
+    rpc: runner_client::RunnerClient<Channel>,
+}
+
+fn call(name: &'static str) -> impl FnOnce(tonic::Status) -> ClientError {
+    move |status| ClientError::Call { call: name, status }
+}
+
+impl RunnerClient {
+    /// Connects to `endpoint` (`https://10.0.0.7:30000`) with mutual TLS.
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`].
+    pub async fn connect(endpoint: &str, tls: &ClientTls) -> Result<Self, ClientError> {
+        let err = |source| ClientError::Connect {
+            endpoint: endpoint.to_string(),
+            source,
+        };
+        let config = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&tls.ca_bundle))
+            .identity(Identity::from_pem(&tls.cert, &tls.key))
+            .domain_name(tls.server_name.clone());
+        let channel = Endpoint::from_shared(endpoint.to_string())
+            .map_err(err)?
+            .tls_config(config)
+            .map_err(err)?
+            .connect()
+            .await
+            .map_err(err)?;
+        Ok(Self {
+            rpc: runner_client::RunnerClient::new(channel)
+                .max_decoding_message_size(DEFAULT_MAX_MESSAGE)
+                .max_encoding_message_size(DEFAULT_MAX_MESSAGE),
+        })
+    }
+
+    /// The binary and its version.
+    ///
+    /// # Errors
+    /// [`ClientError::Call`].
+    pub async fn info(&mut self) -> Result<(String, String), ClientError> {
+        let r = self
+            .rpc
+            .info(proto::InfoRequest {})
+            .await
+            .map_err(call("Info"))?
+            .into_inner();
+        Ok((r.binary, r.version))
+    }
+
+    /// Uploads the archive unless the runner holds it already; returns whether it uploaded.
+    ///
+    /// # Errors
+    /// [`ClientError::Call`].
+    pub async fn upload(&mut self, data: &[u8], sha256: &str) -> Result<bool, ClientError> {
+        let present = self
+            .rpc
+            .has_archive(proto::ArchiveRef {
+                sha256: sha256.to_string(),
+            })
+            .await
+            .map_err(call("HasArchive"))?
+            .into_inner()
+            .present;
+        if present {
+            return Ok(false);
+        }
+        let chunks: Vec<proto::ArchiveChunk> = data
+            .chunks(1 << 20)
+            .enumerate()
+            .map(|(i, c)| proto::ArchiveChunk {
+                sha256: if i == 0 {
+                    sha256.to_string()
+                } else {
+                    String::new()
+                },
+                data: c.to_vec(),
+            })
+            .collect();
+        let chunks = if chunks.is_empty() {
+            vec![proto::ArchiveChunk {
+                sha256: sha256.to_string(),
+                data: Vec::new(),
+            }]
+        } else {
+            chunks
+        };
+        self.rpc
+            .upload_archive(tokio_stream::iter(chunks))
+            .await
+            .map_err(call("UploadArchive"))?;
+        Ok(true)
+    }
+
+    /// Prepares the working directory.
+    ///
+    /// # Errors
+    /// [`ClientError::Call`].
+    pub async fn setup(&mut self, request: proto::SetupRequest) -> Result<String, ClientError> {
+        Ok(self
+            .rpc
+            .setup(request)
+            .await
+            .map_err(call("Setup"))?
+            .into_inner()
+            .working_dir)
+    }
+
+    /// Runs `command` as `run_id` (or re-attaches when `command` is `None` or the id is known),
+    /// passing each log line to `on_line`, and returns the result.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn run(
+        &mut self,
+        run_id: &str,
+        command: Option<Command>,
+        mut on_line: impl FnMut(&proto::LogLine) + Send,
+    ) -> Result<proto::RunResult, ClientError> {
+        let mut stream = self
+            .rpc
+            .run(proto::RunRequest {
+                run_id: run_id.to_string(),
+                command,
+            })
+            .await
+            .map_err(call("Run"))?
+            .into_inner();
+        while let Some(event) = stream.message().await.map_err(call("Run"))? {
+            match event.event {
+                Some(proto::run_event::Event::Log(line)) => on_line(&line),
+                Some(proto::run_event::Event::Result(result)) => return Ok(result),
+                None => {}
+            }
+        }
+        Err(ClientError::NoResult(run_id.to_string()))
+    }
+
+    /// Cancels `run_id`; returns whether it was running.
+    ///
+    /// # Errors
+    /// [`ClientError::Call`].
+    pub async fn cancel(&mut self, run_id: &str) -> Result<bool, ClientError> {
+        Ok(self
+            .rpc
+            .cancel(proto::CancelRequest {
+                run_id: run_id.to_string(),
+            })
+            .await
+            .map_err(call("Cancel"))?
+            .into_inner()
+            .was_running)
+    }
+
+    /// Removes the working directory.
+    ///
+    /// # Errors
+    /// [`ClientError::Call`].
+    pub async fn cleanup(&mut self) -> Result<(), ClientError> {
+        self.rpc
+            .cleanup(proto::CleanupRequest {})
+            .await
+            .map_err(call("Cleanup"))?;
+        Ok(())
+    }
+}
+
+fn port_error(e: ClientError) -> PortError {
+    match e {
+        ClientError::Call { status, .. } if status.code() == tonic::Code::InvalidArgument => {
+            PortError::Invalid(status.message().to_string())
+        }
+        ClientError::Call { status, .. } if status.code() == tonic::Code::Cancelled => {
+            PortError::Cancelled
+        }
+        other => PortError::Unavailable(other.to_string()),
+    }
+}
+
+fn result_error(r: &proto::RunResult) -> Option<PortError> {
+    match proto::run_result::Status::try_from(r.status).unwrap_or(proto::run_result::Status::Failed)
+    {
+        proto::run_result::Status::Succeeded => None,
+        proto::run_result::Status::Cancelled => Some(PortError::Cancelled),
+        proto::run_result::Status::StateLocked => Some(PortError::StateLocked {
+            lock_id: r.lock_id.clone(),
+            holder: r.lock_holder.clone(),
+        }),
+        proto::run_result::Status::Failed => Some(PortError::Terraform(r.diagnostic.clone())),
+    }
+}
+
+/// The setup request a controller sends for an object (backend from its spec).
+pub fn setup_request(request: &SetupRequest) -> Result<proto::SetupRequest, PortError> {
+    let o: &TerraformObject = &request.object;
+    let backend = match &o.spec.backend_config {
+        Some(b) if b.disable => proto::backend::Kind::None(true),
+        Some(b) if b.custom_configuration.is_some() => {
+            proto::backend::Kind::Custom(b.custom_configuration.clone().unwrap_or_default())
+        }
+        other => proto::backend::Kind::Kubernetes(proto::KubernetesBackend {
+            secret_suffix: naming::state_secret_suffix(o),
+            namespace: o.metadata.namespace.clone(),
+            in_cluster_config: true,
+            labels: other
+                .as_ref()
+                .map(|b| b.labels.clone().into_iter().collect())
+                .unwrap_or_default(),
+        }),
+    };
+    let vars_json = serde_json::to_string(&request.inputs.vars)
+        .map_err(|e| PortError::Invalid(e.to_string()))?;
+    Ok(proto::SetupRequest {
+        archive_sha256: request.artifact.sha256.clone(),
+        namespace: o.metadata.namespace.clone(),
+        name: o.metadata.name.clone(),
+        path: o.spec.path.clone(),
+        workspace: o.spec.workspace.clone(),
+        backend: Some(proto::Backend {
+            kind: Some(backend),
+        }),
+        vars_json,
+        files: request
+            .inputs
+            .files
+            .iter()
+            .map(|f| proto::FileMapping {
+                location: match f.location {
+                    FileLocation::Workspace => proto::file_mapping::Location::Workspace as i32,
+                    FileLocation::Home => proto::file_mapping::Location::Home as i32,
+                },
+                path: f.path.clone(),
+                content: f.content.clone(),
+            })
+            .collect(),
+        cli_config: request.inputs.cli_config.clone().unwrap_or_default(),
+        env: BTreeMap::new().into_iter().collect(),
+    })
+}
+
+/// One run's connection, implementing the core's [`RunnerSession`] port. Run ids are
+/// `<prefix>-<n>`: a controller that derives the prefix from the object and attempt can
+/// re-attach to them after a restart.
+pub struct Session {
+    client: RunnerClient,
+    binary: String,
+    prefix: String,
+    next: u64,
+    /// Receives every log line of every command.
+    pub on_line: Box<dyn FnMut(&proto::LogLine) + Send>,
+}
+
+impl Session {
+    /// A session on `client`, naming runs `<prefix>-<n>`.
+    ///
+    /// # Errors
+    /// [`ClientError`] from the Info call.
+    pub async fn start(mut client: RunnerClient, prefix: &str) -> Result<Self, ClientError> {
+        let (binary, version) = client.info().await?;
+        Ok(Self {
+            client,
+            binary: format!("{binary} {version}"),
+            prefix: prefix.to_string(),
+            next: 0,
+            on_line: Box::new(|_| {}),
+        })
+    }
+
+    /// The id the next command will run under.
+    pub fn next_run_id(&self) -> String {
+        format!("{}-{}", self.prefix, self.next)
+    }
+
+    async fn command(&mut self, command: Command) -> Result<proto::RunResult, PortError> {
+        let id = self.next_run_id();
+        self.next += 1;
+        let on_line = &mut self.on_line;
+        let result = self
+            .client
+            .run(&id, Some(command), |l| on_line(l))
+            .await
+            .map_err(port_error)?;
+        match result_error(&result) {
+            Some(e) => Err(e),
+            None => Ok(result),
+        }
+    }
+}
+
+#[async_trait]
+impl RunnerSession for Session {
+    fn binary(&self) -> String {
+        self.binary.clone()
+    }
+
+    async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {
+        self.client
+            .upload(&request.artifact.data, &request.artifact.sha256)
+            .await
+            .map_err(port_error)?;
+        self.client
+            .setup(setup_request(request)?)
+            .await
+            .map_err(port_error)?;
+        Ok(())
+    }
+
+    async fn init(&mut self) -> Result<(), PortError> {
+        self.command(Command::Init(proto::Init {})).await.map(drop)
+    }
+
+    async fn select_workspace(&mut self, workspace: &str) -> Result<(), PortError> {
+        self.command(Command::SelectWorkspace(proto::SelectWorkspace {
+            workspace: workspace.into(),
+        }))
+        .await
+        .map(drop)
+    }
+
+    async fn plan(&mut self, request: &PlanRequest) -> Result<PlanResult, PortError> {
+        let kind = match request.kind {
+            ports::PlanKind::Normal => proto::plan::Kind::Normal,
+            ports::PlanKind::Destroy => proto::plan::Kind::Destroy,
+            ports::PlanKind::RefreshOnly => proto::plan::Kind::RefreshOnly,
+        };
+        let r = self
+            .command(Command::Plan(proto::Plan {
+                kind: kind as i32,
+                targets: request.targets.clone(),
+                parallelism: request.parallelism,
+            }))
+            .await?;
+        match r.payload {
+            Some(proto::run_result::Payload::Plan(p)) => Ok(PlanResult {
+                has_changes: p.has_changes,
+                summary: PlanSummary {
+                    add: p.add,
+                    change: p.change,
+                    destroy: p.destroy,
+                },
+                drifted: p.drifted,
+                plan_file: p.plan_file,
+            }),
+            _ => Err(PortError::Unavailable("plan returned no outcome".into())),
+        }
+    }
+
+    async fn show(&mut self) -> Result<ShownPlan, PortError> {
+        match self.command(Command::Show(proto::Show {})).await?.payload {
+            Some(proto::run_result::Payload::Show(s)) => Ok(ShownPlan {
+                readable: s.readable,
+                json: s.json,
+            }),
+            _ => Err(PortError::Unavailable("show returned no outcome".into())),
+        }
+    }
+
+    async fn apply(&mut self) -> Result<(), PortError> {
+        self.command(Command::Apply(proto::Apply {}))
+            .await
+            .map(drop)
+    }
+
+    async fn outputs(&mut self) -> Result<BTreeMap<String, OutputValue>, PortError> {
+        match self
+            .command(Command::Output(proto::Output {}))
+            .await?
+            .payload
+        {
+            Some(proto::run_result::Payload::Output(o)) => o
+                .outputs
+                .into_iter()
+                .map(|(k, v)| {
+                    let value = serde_json::from_str(&v.json)
+                        .map_err(|e| PortError::Invalid(e.to_string()))?;
+                    Ok((
+                        k,
+                        OutputValue {
+                            value,
+                            sensitive: v.sensitive,
+                        },
+                    ))
+                })
+                .collect(),
+            _ => Err(PortError::Unavailable("output returned no outcome".into())),
+        }
+    }
+
+    async fn inventory(&mut self) -> Result<Vec<InventoryEntry>, PortError> {
+        match self
+            .command(Command::Inventory(proto::Inventory {}))
+            .await?
+            .payload
+        {
+            Some(proto::run_result::Payload::Inventory(i)) => Ok(i
+                .resources
+                .into_iter()
+                .map(|r| InventoryEntry {
+                    address: r.address,
+                    resource_type: r.r#type,
+                    identifier: (!r.id.is_empty()).then_some(r.id),
+                })
+                .collect()),
+            _ => Err(PortError::Unavailable(
+                "inventory returned no outcome".into(),
+            )),
+        }
+    }
+
+    async fn destroy(&mut self) -> Result<(), PortError> {
+        self.command(Command::Destroy(proto::Destroy::default()))
+            .await
+            .map(drop)
+    }
+
+    async fn force_unlock(&mut self, lock_id: &str) -> Result<(), PortError> {
+        self.command(Command::ForceUnlock(proto::ForceUnlock {
+            lock_id: lock_id.into(),
+        }))
+        .await
+        .map(drop)
+    }
+
+    async fn cleanup(&mut self) -> Result<(), PortError> {
+        self.client.cleanup().await.map_err(port_error)
+    }
+}

@@ -1,0 +1,573 @@
+//! The gRPC runner service. The edge validates requests once and maps errors to
+//! `tonic::Status` only here.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::exec::Stream as LineStream;
+use crate::proto::{self, run_request::Command, runner_server::Runner};
+use crate::terraform::{Io, PlanKind, Terraform, TfError};
+use crate::workdir::{self, Layout, MappedFile};
+
+/// How the runner runs.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// The `terraform` or `tofu` binary.
+    pub program: PathBuf,
+    /// `terraform` or `tofu`, as reported.
+    pub binary: String,
+    /// Root of working directories (`/tmp` in a Pod).
+    pub workdir_root: PathBuf,
+    /// The home directory for file mappings.
+    pub home: PathBuf,
+    /// Time Terraform gets after SIGTERM before SIGKILL.
+    pub grace: Duration,
+    /// Log lines kept per run for re-attaching clients.
+    pub max_log_lines: usize,
+}
+
+/// Chooses the binary for `binary: auto | terraform | tofu`: `auto` prefers `tofu` when it is
+/// on `PATH`. `TFOPS_TERRAFORM` overrides the terraform path (tests).
+pub fn find_binary(choice: &str) -> Option<(String, PathBuf)> {
+    let on_path = |name: &str| {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+    };
+    let terraform = || {
+        std::env::var_os("TFOPS_TERRAFORM")
+            .map(PathBuf::from)
+            .or_else(|| on_path("terraform"))
+            .map(|p| ("terraform".to_string(), p))
+    };
+    match choice {
+        "tofu" => on_path("tofu").map(|p| ("tofu".to_string(), p)),
+        "terraform" => terraform(),
+        _ => on_path("tofu")
+            .map(|p| ("tofu".to_string(), p))
+            .or_else(terraform),
+    }
+}
+
+struct RunEntry {
+    lines: Mutex<Vec<proto::LogLine>>,
+    version: watch::Sender<u64>,
+    result: watch::Sender<Option<proto::RunResult>>,
+    cancel: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct State {
+    archive: Option<(String, PathBuf)>,
+    terraform: Option<Terraform>,
+    layout: Option<Layout>,
+}
+
+/// The runner service.
+#[derive(Clone)]
+pub struct RunnerService {
+    config: Arc<RunnerConfig>,
+    state: Arc<Mutex<State>>,
+    runs: Arc<Mutex<HashMap<String, Arc<RunEntry>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic in another request cannot leave these maps half-updated in a way that matters;
+    // keep serving.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl RunnerService {
+    /// A service with this configuration.
+    pub fn new(config: RunnerConfig) -> Self {
+        Self {
+            config: Arc::new(config),
+            state: Arc::new(Mutex::new(State::default())),
+            runs: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Cancels every running command (shutdown): each gets SIGTERM, then SIGKILL.
+    pub fn cancel_all(&self) {
+        for entry in lock(&self.runs).values() {
+            let _ = entry.cancel.send(true);
+        }
+    }
+
+    fn archive_dir(&self) -> PathBuf {
+        self.config.workdir_root.join(".tfops-archives")
+    }
+
+    fn start(&self, run_id: String, command: Command) -> Arc<RunEntry> {
+        let mut runs = lock(&self.runs);
+        if let Some(existing) = runs.get(&run_id) {
+            return existing.clone();
+        }
+        let (version, _) = watch::channel(0u64);
+        let (result, _) = watch::channel(None);
+        let (cancel, cancel_rx) = watch::channel(false);
+        let entry = Arc::new(RunEntry {
+            lines: Mutex::new(Vec::new()),
+            version,
+            result,
+            cancel,
+        });
+        runs.insert(run_id, entry.clone());
+        let terraform = lock(&self.state).terraform.clone();
+        let max_lines = self.config.max_log_lines;
+        let task_entry = entry.clone();
+        tokio::spawn(async move {
+            let (log_tx, mut log_rx) = mpsc::unbounded_channel::<(LineStream, String)>();
+            let lines_entry = task_entry.clone();
+            let forward = tokio::spawn(async move {
+                while let Some((stream, line)) = log_rx.recv().await {
+                    let mut lines = lock(&lines_entry.lines);
+                    if lines.len() < max_lines {
+                        lines.push(proto::LogLine {
+                            stream: match stream {
+                                LineStream::Stdout => proto::log_line::Stream::Stdout as i32,
+                                LineStream::Stderr => proto::log_line::Stream::Stderr as i32,
+                            },
+                            line,
+                        });
+                    }
+                    let n = lines.len() as u64;
+                    drop(lines);
+                    lines_entry.version.send_replace(n);
+                }
+            });
+            let io = Io {
+                log: log_tx,
+                cancel: cancel_rx,
+            };
+            let result = match terraform {
+                Some(tf) => execute(&tf, command, &io).await,
+                None => failed("the runner is not set up: call Setup first".into()),
+            };
+            drop(io);
+            let _ = forward.await;
+            task_entry.result.send_replace(Some(result));
+        });
+        entry
+    }
+}
+
+fn failed(diagnostic: String) -> proto::RunResult {
+    proto::RunResult {
+        status: proto::run_result::Status::Failed as i32,
+        exit_code: 1,
+        diagnostic,
+        ..Default::default()
+    }
+}
+
+fn from_error(e: TfError) -> proto::RunResult {
+    match e {
+        TfError::Locked { lock_id, holder } => proto::RunResult {
+            status: proto::run_result::Status::StateLocked as i32,
+            exit_code: 1,
+            diagnostic: format!("state locked by {holder} (lock id {lock_id})"),
+            lock_id,
+            lock_holder: holder,
+            payload: None,
+        },
+        TfError::Cancelled => proto::RunResult {
+            status: proto::run_result::Status::Cancelled as i32,
+            exit_code: -1,
+            diagnostic: "cancelled".into(),
+            ..Default::default()
+        },
+        TfError::Failed { code, diagnostic } => proto::RunResult {
+            status: proto::run_result::Status::Failed as i32,
+            exit_code: code,
+            diagnostic,
+            ..Default::default()
+        },
+        other => failed(other.to_string()),
+    }
+}
+
+fn succeeded(payload: Option<proto::run_result::Payload>) -> proto::RunResult {
+    proto::RunResult {
+        status: proto::run_result::Status::Succeeded as i32,
+        payload,
+        ..Default::default()
+    }
+}
+
+async fn execute(tf: &Terraform, command: Command, io: &Io) -> proto::RunResult {
+    use proto::run_result::Payload;
+    let outcome: Result<Option<Payload>, TfError> = async {
+        Ok(match command {
+            Command::Init(_) => tf.init(io).await.map(|()| None)?,
+            Command::SelectWorkspace(w) => {
+                tf.select_workspace(&w.workspace, io).await.map(|()| None)?
+            }
+            Command::Plan(p) => {
+                let kind = match proto::plan::Kind::try_from(p.kind)
+                    .unwrap_or(proto::plan::Kind::Normal)
+                {
+                    proto::plan::Kind::Normal => PlanKind::Normal,
+                    proto::plan::Kind::Destroy => PlanKind::Destroy,
+                    proto::plan::Kind::RefreshOnly => PlanKind::RefreshOnly,
+                };
+                let o = tf.plan(kind, &p.targets, p.parallelism, io).await?;
+                let plan_file = tokio::fs::read(tf.dir.join(crate::terraform::PLAN_FILE))
+                    .await
+                    .unwrap_or_default();
+                Some(Payload::Plan(proto::PlanOutcome {
+                    has_changes: o.has_changes,
+                    add: o.add,
+                    change: o.change,
+                    destroy: o.destroy,
+                    drifted: o.drifted,
+                    plan_file,
+                }))
+            }
+            Command::Show(_) => Some(Payload::Show(proto::ShowOutcome {
+                readable: tf.show_text(io).await?,
+                json: tf.show_json(io).await?,
+            })),
+            Command::Apply(_) => tf.apply(io).await.map(|()| None)?,
+            Command::Output(_) => {
+                let outputs = tf.outputs(io).await?;
+                Some(Payload::Output(proto::OutputOutcome {
+                    outputs: outputs
+                        .into_iter()
+                        .map(|(k, (v, sensitive))| {
+                            (
+                                k,
+                                proto::OutputValue {
+                                    json: v.to_string(),
+                                    sensitive,
+                                },
+                            )
+                        })
+                        .collect(),
+                }))
+            }
+            Command::Inventory(_) => Some(Payload::Inventory(proto::InventoryOutcome {
+                resources: tf
+                    .inventory(io)
+                    .await?
+                    .into_iter()
+                    .map(|(address, r#type, id)| proto::Resource {
+                        address,
+                        r#type,
+                        id,
+                    })
+                    .collect(),
+            })),
+            Command::Destroy(d) => tf
+                .destroy(&d.targets, d.parallelism, io)
+                .await
+                .map(|()| None)?,
+            Command::ForceUnlock(f) => tf.force_unlock(&f.lock_id, io).await.map(|()| None)?,
+        })
+    }
+    .await;
+    match outcome {
+        Ok(payload) => succeeded(payload),
+        Err(e) => from_error(e),
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<proto::RunEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Runner for RunnerService {
+    async fn info(
+        &self,
+        _: Request<proto::InfoRequest>,
+    ) -> Result<Response<proto::InfoReply>, Status> {
+        let tf = Terraform {
+            program: self.config.program.clone(),
+            dir: self.config.workdir_root.clone(),
+            env: BTreeMap::new(),
+            grace: self.config.grace,
+        };
+        let (log, _) = mpsc::unbounded_channel();
+        let (_cancel_tx, cancel) = watch::channel(false);
+        let version = tf
+            .version(&Io { log, cancel })
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(proto::InfoReply {
+            binary: self.config.binary.clone(),
+            version,
+        }))
+    }
+
+    async fn has_archive(
+        &self,
+        req: Request<proto::ArchiveRef>,
+    ) -> Result<Response<proto::HasArchiveReply>, Status> {
+        let sha = req.into_inner().sha256;
+        let present = lock(&self.state)
+            .archive
+            .as_ref()
+            .is_some_and(|(s, p)| *s == sha && p.is_file());
+        Ok(Response::new(proto::HasArchiveReply { present }))
+    }
+
+    async fn upload_archive(
+        &self,
+        req: Request<Streaming<proto::ArchiveChunk>>,
+    ) -> Result<Response<proto::UploadReply>, Status> {
+        let mut stream = req.into_inner();
+        let dir = self.archive_dir();
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let tmp = dir.join("upload.partial");
+        let mut file = tokio::fs::File::create(&tmp)
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let mut hasher = Sha256::new();
+        let mut declared = String::new();
+        let mut size = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            if declared.is_empty() {
+                declared = chunk.sha256.clone();
+            }
+            hasher.update(&chunk.data);
+            size += chunk.data.len() as u64;
+            file.write_all(&chunk.data)
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?;
+        }
+        file.flush()
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let actual: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        if actual != declared {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(Status::invalid_argument(format!(
+                "archive SHA-256 is {actual}, the upload declared {declared:?}"
+            )));
+        }
+        let path = dir.join(format!("{actual}.tar.gz"));
+        tokio::fs::rename(&tmp, &path)
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let old = lock(&self.state)
+            .archive
+            .replace((actual.clone(), path.clone()));
+        if let Some((_, old_path)) = old.filter(|(_, p)| *p != path) {
+            let _ = tokio::fs::remove_file(old_path).await;
+        }
+        Ok(Response::new(proto::UploadReply {
+            sha256: actual,
+            size,
+        }))
+    }
+
+    async fn setup(
+        &self,
+        req: Request<proto::SetupRequest>,
+    ) -> Result<Response<proto::SetupReply>, Status> {
+        let r = req.into_inner();
+        let archive = {
+            let state = lock(&self.state);
+            match &state.archive {
+                Some((sha, path)) if *sha == r.archive_sha256 => path.clone(),
+                _ => {
+                    return Err(Status::failed_precondition(format!(
+                        "archive {} was not uploaded",
+                        r.archive_sha256
+                    )));
+                }
+            }
+        };
+        let layout = Layout::new(
+            &self.config.workdir_root,
+            &self.config.home,
+            &r.namespace,
+            &r.name,
+            &r.path,
+        )
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let backend = match r.backend.and_then(|b| b.kind) {
+            Some(proto::backend::Kind::Kubernetes(k)) => Some(workdir::kubernetes_backend(
+                &k.secret_suffix,
+                &k.namespace,
+                k.in_cluster_config,
+                &k.labels.into_iter().collect(),
+            )),
+            Some(proto::backend::Kind::Custom(block)) => Some(block),
+            Some(proto::backend::Kind::None(_)) | None => None,
+        };
+        let files: Vec<MappedFile<'_>> = r
+            .files
+            .iter()
+            .map(|f| MappedFile {
+                home: f.location == proto::file_mapping::Location::Home as i32,
+                path: &f.path,
+                content: &f.content,
+            })
+            .collect();
+        let prepared = {
+            let layout = layout.clone();
+            let backend = backend.clone();
+            let vars = r.vars_json.clone();
+            let files: Vec<(bool, String, Vec<u8>)> = files
+                .iter()
+                .map(|f| (f.home, f.path.to_string(), f.content.to_vec()))
+                .collect();
+            let cli = r.cli_config.clone();
+            tokio::task::spawn_blocking(move || {
+                let files: Vec<MappedFile<'_>> = files
+                    .iter()
+                    .map(|(home, path, content)| MappedFile {
+                        home: *home,
+                        path,
+                        content,
+                    })
+                    .collect();
+                workdir::prepare(&layout, &archive, backend.as_deref(), &vars, &files, &cli)
+            })
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+        };
+        prepared.map_err(|e| Status::invalid_argument(format!("{e}: {}", source_chain(&e))))?;
+        let mut env: BTreeMap<String, String> = r.env.into_iter().collect();
+        let cache = self.config.workdir_root.join("plugin-cache");
+        let _ = std::fs::create_dir_all(&cache);
+        env.insert("TF_PLUGIN_CACHE_DIR".into(), cache.display().to_string());
+        if !r.cli_config.is_empty() {
+            env.insert(
+                "TF_CLI_CONFIG_FILE".into(),
+                layout.cli_config.display().to_string(),
+            );
+        }
+        let tf = Terraform {
+            program: self.config.program.clone(),
+            dir: layout.config_dir.clone(),
+            env,
+            grace: self.config.grace,
+        };
+        let mut state = lock(&self.state);
+        state.terraform = Some(tf);
+        state.layout = Some(layout.clone());
+        Ok(Response::new(proto::SetupReply {
+            working_dir: layout.config_dir.display().to_string(),
+        }))
+    }
+
+    type RunStream = EventStream;
+
+    async fn run(
+        &self,
+        req: Request<proto::RunRequest>,
+    ) -> Result<Response<Self::RunStream>, Status> {
+        let r = req.into_inner();
+        if r.run_id.is_empty() {
+            return Err(Status::invalid_argument("run_id is required"));
+        }
+        let existing = lock(&self.runs).get(&r.run_id).cloned();
+        let entry = match existing {
+            Some(e) => e,
+            None => {
+                let command = r
+                    .command
+                    .ok_or_else(|| Status::invalid_argument("a command is required"))?;
+                self.start(r.run_id, command)
+            }
+        };
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(async move {
+            let mut version = entry.version.subscribe();
+            let mut result = entry.result.subscribe();
+            let mut sent = 0usize;
+            loop {
+                let pending: Vec<proto::LogLine> = lock(&entry.lines)[sent..].to_vec();
+                for line in pending {
+                    sent += 1;
+                    let event = proto::RunEvent {
+                        event: Some(proto::run_event::Event::Log(line)),
+                    };
+                    if tx.send(Ok(event)).await.is_err() {
+                        return; // the client left; the command goes on for a later re-attach
+                    }
+                }
+                let done = result.borrow().clone();
+                if let Some(done) = done {
+                    if lock(&entry.lines).len() == sent {
+                        let event = proto::RunEvent {
+                            event: Some(proto::run_event::Event::Result(done)),
+                        };
+                        let _ = tx.send(Ok(event)).await;
+                        return;
+                    }
+                    continue;
+                }
+                tokio::select! {
+                    _ = version.changed() => {}
+                    _ = result.changed() => {}
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn cancel(
+        &self,
+        req: Request<proto::CancelRequest>,
+    ) -> Result<Response<proto::CancelReply>, Status> {
+        let id = req.into_inner().run_id;
+        let entry = lock(&self.runs).get(&id).cloned();
+        let was_running = match entry {
+            Some(e) => {
+                let running = e.result.borrow().is_none();
+                let _ = e.cancel.send(true);
+                running
+            }
+            None => false,
+        };
+        Ok(Response::new(proto::CancelReply { was_running }))
+    }
+
+    async fn cleanup(
+        &self,
+        _: Request<proto::CleanupRequest>,
+    ) -> Result<Response<proto::CleanupReply>, Status> {
+        let layout = {
+            let mut state = lock(&self.state);
+            state.terraform = None;
+            state.layout.take()
+        };
+        if let Some(layout) = layout {
+            let _ = tokio::fs::remove_dir_all(&layout.source_dir).await;
+            let _ = tokio::fs::remove_file(&layout.cli_config).await;
+        }
+        Ok(Response::new(proto::CleanupReply {}))
+    }
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        parts.push(s.to_string());
+        cur = s.source();
+    }
+    parts.join(": ")
+}

@@ -1,0 +1,400 @@
+//! The runner over gRPC with mutual TLS on 127.0.0.1, port 0: who may talk to it, rotation,
+//! and a whole run through the core's runner-session port with real terraform.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use common::*;
+use tfops_core::api::{ObjectMeta, TerraformObject};
+use tfops_core::ports::{
+    self, Artifact, PlanRequest, PortError, ResolvedInputs, RunnerSession, SetupRequest,
+};
+use tfops_runner::client::{ClientTls, RunnerClient, ServerTls, Session, serve};
+use tfops_runner::proto;
+use tfops_runner::server::{RunnerConfig, RunnerService};
+use tfops_runner::tls::{Pki, runner_server_name};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn pki() -> Pki {
+    Pki::new(SystemTime::now(), 30 * DAY, 7 * DAY, 3 * DAY).unwrap()
+}
+
+struct Runner {
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn start_runner(tls: ServerTls) -> Runner {
+    let dir = tempfile::tempdir().unwrap();
+    let config = RunnerConfig {
+        program: terraform(),
+        binary: "terraform".into(),
+        workdir_root: dir.path().join("work"),
+        home: dir.path().join("home"),
+        grace: Duration::from_secs(10),
+        max_log_lines: 10_000,
+    };
+    std::fs::create_dir_all(&config.workdir_root).unwrap();
+    std::fs::create_dir_all(&config.home).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let service = RunnerService::new(config);
+    tokio::spawn(async move {
+        serve(listener, service, &tls, 64 << 20, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    Runner {
+        addr,
+        _dir: dir,
+        _stop: stop,
+    }
+}
+
+fn server_tls(pki: &Pki, ns: &str) -> ServerTls {
+    let s = pki.runner_secret(ns, SystemTime::now()).unwrap();
+    ServerTls {
+        cert: s.tls_crt,
+        key: s.tls_key,
+        client_ca_bundle: s.ca_crt,
+    }
+}
+
+fn client_tls(pki: &Pki, ns: &str) -> ClientTls {
+    let c = pki.client(SystemTime::now()).unwrap();
+    ClientTls {
+        ca_bundle: pki.trust_bundle(),
+        cert: c.cert,
+        key: c.key,
+        server_name: runner_server_name(ns),
+    }
+}
+
+async fn info(addr: SocketAddr, tls: &ClientTls) -> Result<(String, String), String> {
+    let mut c = RunnerClient::connect(&format!("https://{addr}"), tls)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    c.info().await.map_err(|e| format!("{e:?}"))
+}
+
+#[tokio::test]
+async fn only_clients_with_a_certificate_of_the_ca_are_served() {
+    let pki = pki();
+    let runner = start_runner(server_tls(&pki, "team-a")).await;
+    let good = client_tls(&pki, "team-a");
+    assert_eq!(info(runner.addr, &good).await.unwrap().0, "terraform");
+
+    // No client certificate at all.
+    let no_cert = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&good.ca_bundle))
+        .domain_name(good.server_name.clone());
+    let attempt = async {
+        let channel = Endpoint::from_shared(format!("https://{}", runner.addr))?
+            .tls_config(no_cert)?
+            .connect()
+            .await?;
+        proto::runner_client::RunnerClient::new(channel)
+            .info(proto::InfoRequest {})
+            .await
+            .map_err(|s| -> Box<dyn std::error::Error> { Box::new(s) })?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    };
+    assert!(
+        attempt.await.is_err(),
+        "a client without a certificate was served"
+    );
+
+    // A certificate from another CA.
+    let other = pki_other_client(&good);
+    assert!(
+        info(runner.addr, &other).await.is_err(),
+        "a certificate of another CA was accepted"
+    );
+
+    // An expired certificate of the right CA.
+    let long_ago = SystemTime::now() - 10 * DAY;
+    let expired = pki.current().issue_client(long_ago, DAY).unwrap();
+    let expired = ClientTls {
+        cert: expired.cert,
+        key: expired.key,
+        ..good.clone()
+    };
+    assert!(
+        info(runner.addr, &expired).await.is_err(),
+        "an expired certificate was accepted"
+    );
+
+    // The controller refuses a runner whose certificate names another namespace.
+    let wrong_name = ClientTls {
+        server_name: runner_server_name("team-b"),
+        ..good
+    };
+    assert!(info(runner.addr, &wrong_name).await.is_err());
+}
+
+fn pki_other_client(good: &ClientTls) -> ClientTls {
+    let other = pki();
+    let c = other.client(SystemTime::now()).unwrap();
+    ClientTls {
+        cert: c.cert,
+        key: c.key,
+        ..good.clone()
+    }
+}
+
+#[tokio::test]
+async fn a_rotation_in_the_middle_of_a_sequence_of_calls_loses_no_call() {
+    let mut pki = pki();
+    let before = start_runner(server_tls(&pki, "team-a")).await;
+    let mut calls = 0;
+    for _ in 0..5 {
+        info(before.addr, &client_tls(&pki, "team-a"))
+            .await
+            .unwrap();
+        calls += 1;
+    }
+    // Within the look-ahead of expiry: a new CA; runners started now get its certificates.
+    let rotated_at = SystemTime::now() + 28 * DAY;
+    assert!(pki.rotate_if_due(rotated_at).unwrap());
+    let after = start_runner(server_tls(&pki, "team-a")).await;
+    for _ in 0..5 {
+        let tls = client_tls(&pki, "team-a");
+        info(before.addr, &tls)
+            .await
+            .expect("a runner from before the rotation still accepts the controller");
+        info(after.addr, &tls)
+            .await
+            .expect("a runner from after the rotation accepts the controller");
+        calls += 2;
+    }
+    assert_eq!(calls, 15);
+}
+
+fn object(config_dir: &str) -> TerraformObject {
+    let spec = serde_json::from_value(serde_json::json!({
+        "sourceRef": {"kind": "Local", "url": "."},
+        "path": config_dir,
+        "backendConfig": {"customConfiguration": "terraform {\n  backend \"local\" {\n    path = \"terraform.tfstate\"\n  }\n}\n"},
+    }))
+    .unwrap();
+    TerraformObject {
+        metadata: ObjectMeta {
+            name: "vpc".into(),
+            namespace: "team-a".into(),
+            generation: 1,
+            ..Default::default()
+        },
+        spec,
+        status: Default::default(),
+    }
+}
+
+fn artifact(tree: &std::path::Path) -> Artifact {
+    let mut data = Vec::new();
+    let summary = tfops_core::source::build_archive(tree, None, &mut data).unwrap();
+    Artifact {
+        sha256: summary.sha256,
+        data: Arc::new(data),
+    }
+}
+
+async fn session(addr: SocketAddr, pki: &Pki, prefix: &str) -> Session {
+    let client = RunnerClient::connect(&format!("https://{addr}"), &client_tls(pki, "team-a"))
+        .await
+        .unwrap();
+    Session::start(client, prefix).await.unwrap()
+}
+
+fn plan(kind: ports::PlanKind) -> PlanRequest {
+    PlanRequest {
+        kind,
+        targets: vec![],
+        parallelism: 0,
+    }
+}
+
+#[tokio::test]
+async fn a_whole_run_through_the_session_port() {
+    let pki = pki();
+    let runner = start_runner(server_tls(&pki, "team-a")).await;
+    let tree = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tree.path().join("infra")).unwrap();
+    write_config(&tree.path().join("infra"), "");
+    let request = SetupRequest {
+        object: object("infra"),
+        artifact: artifact(tree.path()),
+        inputs: ResolvedInputs {
+            vars: [("size".to_string(), serde_json::json!(3))].into(),
+            ..Default::default()
+        },
+    };
+    let mut s = session(runner.addr, &pki, "vpc-1").await;
+    assert!(s.binary().starts_with("terraform 1."), "{}", s.binary());
+    s.setup(&request).await.unwrap();
+    s.init().await.unwrap();
+    s.select_workspace("default").await.unwrap();
+    let p = s.plan(&plan(ports::PlanKind::Normal)).await.unwrap();
+    assert!(p.has_changes);
+    assert_eq!(p.summary.add, 2);
+    assert!(
+        p.plan_file.starts_with(b"PK"),
+        "the binary plan is a zip file"
+    );
+    let shown = s.show().await.unwrap();
+    assert!(shown.readable.contains("terraform_data.a will be created"));
+    s.apply().await.unwrap();
+    let outputs = s.outputs().await.unwrap();
+    assert_eq!(
+        outputs["a"].value,
+        serde_json::json!("a-3"),
+        "the variable reached terraform"
+    );
+    assert!(outputs["secret"].sensitive);
+    assert_eq!(s.inventory().await.unwrap().len(), 2);
+    let drift = s.plan(&plan(ports::PlanKind::RefreshOnly)).await.unwrap();
+    assert!(!drift.has_changes, "{:?}", drift.drifted);
+    s.destroy().await.unwrap();
+    assert!(s.inventory().await.unwrap().is_empty());
+    s.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_broken_plan_reports_terraforms_diagnostic() {
+    let pki = pki();
+    let runner = start_runner(server_tls(&pki, "team-a")).await;
+    let tree = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tree.path().join("main.tf"),
+        "resource \"terraform_data\" \"x\" {\n  nonsense = 1\n}\n",
+    )
+    .unwrap();
+    let request = SetupRequest {
+        object: object(""),
+        artifact: artifact(tree.path()),
+        inputs: Default::default(),
+    };
+    let mut s = session(runner.addr, &pki, "bad-1").await;
+    s.setup(&request).await.unwrap();
+    s.init().await.unwrap();
+    match s.plan(&plan(ports::PlanKind::Normal)).await {
+        Err(PortError::Terraform(d)) => assert!(
+            d.contains("Unsupported argument") && d.contains("nonsense"),
+            "{d}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_archive_with_a_path_escape_is_refused() {
+    let pki = pki();
+    let runner = start_runner(server_tls(&pki, "team-a")).await;
+    // A tar whose only entry is ../evil.tf.
+    let mut h = tar::Header::new_gnu();
+    h.as_gnu_mut().unwrap().name[..11].copy_from_slice(b"../evil.tf\0");
+    h.set_size(1);
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_mode(0o644);
+    h.set_cksum();
+    let mut raw = h.as_bytes().to_vec();
+    raw.extend_from_slice(b"x");
+    raw.resize(1024 + 512, 0);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &raw).unwrap();
+    let data = gz.finish().unwrap();
+    let sha256: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&data)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let request = SetupRequest {
+        object: object(""),
+        artifact: Artifact {
+            sha256,
+            data: Arc::new(data),
+        },
+        inputs: Default::default(),
+    };
+    let mut s = session(runner.addr, &pki, "evil-1").await;
+    match s.setup(&request).await {
+        Err(PortError::Invalid(m)) => assert!(m.contains("../evil.tf"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+const SLOW: &str = r#"resource "terraform_data" "slow" {
+  provisioner "local-exec" {
+    command = "sleep 4"
+  }
+}"#;
+
+#[tokio::test]
+async fn a_controller_that_reconnects_mid_apply_gets_the_real_result_and_cancel_stops_an_apply() {
+    let pki = pki();
+    let runner = start_runner(server_tls(&pki, "team-a")).await;
+    let tree = tempfile::tempdir().unwrap();
+    write_config(tree.path(), SLOW);
+    let request = SetupRequest {
+        object: object(""),
+        artifact: artifact(tree.path()),
+        inputs: Default::default(),
+    };
+    let mut s = session(runner.addr, &pki, "slow-1").await;
+    s.setup(&request).await.unwrap();
+    s.init().await.unwrap();
+    s.plan(&plan(ports::PlanKind::Normal)).await.unwrap();
+    let apply_id = s.next_run_id();
+    // The first controller starts the apply and goes away mid-way.
+    let apply = tokio::spawn(async move { s.apply().await });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    apply.abort();
+    // A new controller re-attaches by run id: no second apply, the real result.
+    let mut again = RunnerClient::connect(
+        &format!("https://{}", runner.addr),
+        &client_tls(&pki, "team-a"),
+    )
+    .await
+    .unwrap();
+    let mut lines = 0;
+    let result = again.run(&apply_id, None, |_| lines += 1).await.unwrap();
+    assert_eq!(
+        result.status,
+        proto::run_result::Status::Succeeded as i32,
+        "{}",
+        result.diagnostic
+    );
+    assert!(lines > 0, "the log so far is replayed");
+
+    // Cancellation: a new slow resource, an apply cancelled mid-way.
+    let tree = tempfile::tempdir().unwrap();
+    write_config(tree.path(), &SLOW.replace("sleep 4", "sleep 60"));
+    let request = SetupRequest {
+        object: object(""),
+        artifact: artifact(tree.path()),
+        inputs: Default::default(),
+    };
+    let mut s = session(runner.addr, &pki, "slow-2").await;
+    s.setup(&request).await.unwrap();
+    s.init().await.unwrap();
+    s.plan(&plan(ports::PlanKind::Normal)).await.unwrap();
+    let id = s.next_run_id();
+    let started = std::time::Instant::now();
+    let apply = tokio::spawn(async move { s.apply().await });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(again.cancel(&id).await.unwrap(), "the apply was running");
+    let result = apply.await.unwrap();
+    assert!(matches!(result, Err(PortError::Cancelled)), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
