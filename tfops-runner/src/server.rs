@@ -35,28 +35,43 @@ pub struct RunnerConfig {
     pub max_log_lines: usize,
 }
 
-/// Chooses the binary for `binary: auto | terraform | tofu`: `auto` prefers `tofu` when it is
-/// on `PATH`. `TFOPS_TERRAFORM` overrides the terraform path (tests).
+/// Chooses the binary for `binary: auto | terraform | tofu` from the process environment:
+/// see [`find_binary_in`].
 pub fn find_binary(choice: &str) -> Option<(String, PathBuf)> {
+    find_binary_in(
+        choice,
+        std::env::var_os("PATH"),
+        std::env::var_os("TFOPS_TERRAFORM"),
+    )
+}
+
+/// Chooses the binary for `binary: auto | terraform | tofu`: `auto` prefers `tofu` on `path`,
+/// then `terraform` (`tfops_terraform` first, a path that overrides the search, as in tests).
+/// Returns the name reported in status and the path, or `None` when the choice is not installed.
+pub fn find_binary_in(
+    choice: &str,
+    path: Option<std::ffi::OsString>,
+    tfops_terraform: Option<std::ffi::OsString>,
+) -> Option<(String, PathBuf)> {
     let on_path = |name: &str| {
-        std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
+        path.as_ref().and_then(|paths| {
+            std::env::split_paths(paths)
                 .map(|d| d.join(name))
                 .find(|p| p.is_file())
         })
     };
     let terraform = || {
-        std::env::var_os("TFOPS_TERRAFORM")
+        tfops_terraform
+            .clone()
             .map(PathBuf::from)
             .or_else(|| on_path("terraform"))
             .map(|p| ("terraform".to_string(), p))
     };
+    let tofu = || on_path("tofu").map(|p| ("tofu".to_string(), p));
     match choice {
-        "tofu" => on_path("tofu").map(|p| ("tofu".to_string(), p)),
+        "tofu" => tofu(),
         "terraform" => terraform(),
-        _ => on_path("tofu")
-            .map(|p| ("tofu".to_string(), p))
-            .or_else(terraform),
+        _ => tofu().or_else(terraform),
     }
 }
 
@@ -570,4 +585,37 @@ fn source_chain(e: &dyn std::error::Error) -> String {
         cur = s.source();
     }
     parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_prefers_tofu_and_explicit_choices_are_honoured() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(bin.join("terraform"), "").unwrap_or_else(|e| panic!("{e}"));
+        let path = Some(bin.clone().into_os_string());
+        assert_eq!(
+            find_binary_in("auto", path.clone(), None).map(|b| b.0),
+            Some("terraform".into())
+        );
+        assert_eq!(find_binary_in("tofu", path.clone(), None), None);
+        std::fs::write(bin.join("tofu"), "").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            find_binary_in("auto", path.clone(), None),
+            Some(("tofu".into(), bin.join("tofu")))
+        );
+        assert_eq!(
+            find_binary_in("terraform", path.clone(), None).map(|b| b.0),
+            Some("terraform".into())
+        );
+        let custom = Some(std::ffi::OsString::from("/opt/tf/terraform"));
+        assert_eq!(
+            find_binary_in("terraform", path, custom).map(|b| b.1),
+            Some(PathBuf::from("/opt/tf/terraform"))
+        );
+    }
 }
