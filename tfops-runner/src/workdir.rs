@@ -221,3 +221,107 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod prepare_tests {
+    use super::*;
+
+    fn archive(tree: &Path) -> tempfile::NamedTempFile {
+        let mut out = tempfile::NamedTempFile::new().unwrap_or_else(|e| panic!("{e}"));
+        tfops_core::source::build_archive(tree, None, out.as_file_mut())
+            .unwrap_or_else(|e| panic!("{e}"));
+        out
+    }
+
+    #[test]
+    fn writes_backend_variables_files_and_cli_config() {
+        let tree = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fs::create_dir(tree.path().join("infra")).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(tree.path().join("infra/main.tf"), "").unwrap_or_else(|e| panic!("{e}"));
+        let a = archive(tree.path());
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let home = root.path().join("home");
+        let layout = Layout::new(root.path(), &home, "team-a", "vpc", "infra")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let backend = kubernetes_backend(
+            "vpc",
+            "team-a",
+            true,
+            &BTreeMap::from([("team".to_string(), "net".to_string())]),
+        );
+        let files = [
+            MappedFile {
+                home: false,
+                path: "creds/sa.json",
+                content: b"{}",
+            },
+            MappedFile {
+                home: true,
+                path: ".kube/config",
+                content: b"kubeconfig",
+            },
+        ];
+        prepare(
+            &layout,
+            a.path(),
+            Some(&backend),
+            r#"{"size": 3, "tags": {"a": "b"}}"#,
+            &files,
+            b"credentials {}",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let dir = root.path().join("team-a-vpc/infra");
+        let written = fs::read_to_string(dir.join("backend_override.tf")).unwrap_or_default();
+        assert!(written.contains("backend \"kubernetes\""));
+        assert!(written.contains("secret_suffix     = \"vpc\""));
+        assert!(written.contains("in_cluster_config = true"));
+        assert!(written.contains("\"team\" = \"net\""));
+        let vars: serde_json::Value = serde_json::from_str(
+            &fs::read_to_string(dir.join("generated.auto.tfvars.json")).unwrap_or_default(),
+        )
+        .unwrap_or_default();
+        assert_eq!(vars["tags"]["a"], "b");
+        assert_eq!(
+            fs::read(dir.join("creds/sa.json")).unwrap_or_default(),
+            b"{}"
+        );
+        assert_eq!(
+            fs::read(home.join(".kube/config")).unwrap_or_default(),
+            b"kubeconfig"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(&layout.cli_config)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(0);
+        assert_eq!(mode, 0o600, "secrets are written private");
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_do_safely() {
+        let tree = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fs::write(tree.path().join("main.tf"), "").unwrap_or_else(|e| panic!("{e}"));
+        let a = archive(tree.path());
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let layout = Layout::new(root.path(), root.path(), "ns", "x", "missing")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            matches!(prepare(&layout, a.path(), None, "{}", &[], b""), Err(WorkdirError::MissingPath(p)) if p == "missing")
+        );
+        let layout =
+            Layout::new(root.path(), root.path(), "ns", "x", "").unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            prepare(&layout, a.path(), None, "[1]", &[], b""),
+            Err(WorkdirError::BadVars(_))
+        ));
+        let escape = [MappedFile {
+            home: true,
+            path: "../../etc/cron.d/x",
+            content: b"",
+        }];
+        assert!(matches!(
+            prepare(&layout, a.path(), None, "{}", &escape, b""),
+            Err(WorkdirError::Escapes(_))
+        ));
+        assert!(Layout::new(root.path(), root.path(), "ns", "x", "../up").is_err());
+    }
+}

@@ -170,3 +170,35 @@ async fn a_cancelled_apply_stops_and_says_so() {
         "stopped well before the sleep ended"
     );
 }
+
+#[tokio::test]
+async fn a_held_state_lock_is_reported_with_its_id_and_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        r#"resource "terraform_data" "slow" {
+  provisioner "local-exec" {
+    command = "sleep 8"
+  }
+}"#,
+    );
+    let t = tf(dir.path());
+    let (io1, _log1, _c1) = io();
+    t.init(&io1).await.unwrap();
+    t.plan(PlanKind::Normal, &[], 0, &io1).await.unwrap();
+    let holder = tokio::spawn({
+        let t = t.clone();
+        async move { t.apply(&io1).await }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (io2, _log2, _c2) = io();
+    let err = t.plan(PlanKind::Normal, &[], 0, &io2).await.unwrap_err();
+    match err {
+        TfError::Locked { lock_id, holder } => {
+            assert!(!lock_id.is_empty(), "lock id parsed");
+            assert!(!holder.is_empty(), "holder parsed");
+        }
+        other => panic!("expected a lock error, got {other:?}"),
+    }
+    holder.await.unwrap().unwrap();
+}
