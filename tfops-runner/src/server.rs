@@ -564,6 +564,9 @@ impl Runner for RunnerService {
         &self,
         _: Request<proto::CleanupRequest>,
     ) -> Result<Response<proto::CleanupReply>, Status> {
+        // Finished runs are forgotten (a Pod kept between runs must not grow without bound);
+        // running ones stay attachable.
+        lock(&self.runs).retain(|_, e| e.result.borrow().is_none());
         let layout = {
             let mut state = lock(&self.state);
             state.terraform = None;
