@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod exec;
+pub mod process;
 pub mod server;
 pub mod terraform;
 pub mod tls;
