@@ -18,6 +18,7 @@
 pub mod api;
 pub mod conditions;
 pub mod duration;
+pub mod inputs;
 pub mod naming;
 pub mod plan;
 pub mod ports;

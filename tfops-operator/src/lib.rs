@@ -1,5 +1,9 @@
 //! The composition root of tfops.
 //!
-//! Not written yet. This crate will hold the operator binary (flags, leader election, metrics,
-//! health endpoints) wiring `tfops-kube` and `tfops-runner` into `tfops-core`'s reconciler, and
-//! the `tfops` CLI with its local mode (the same reconciler on local adapters).
+//! Today this crate holds the `tfops` CLI and its local mode ([`local`]): the same
+//! `tfops-core` reconciler and the same `tfops-runner` gRPC/mTLS path as in a cluster, on
+//! local adapters (files for state, status, plans and outputs; a runner child process on
+//! 127.0.0.1 with a fresh CA). The operator binary (flags, leader election, metrics, health)
+//! wiring `tfops-kube` comes with the Kubernetes issue.
+
+pub mod local;

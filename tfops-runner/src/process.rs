@@ -23,7 +23,9 @@ pub enum ProcessError {
         source: std::io::Error,
     },
     /// No terraform/tofu binary.
-    #[error("no {0} binary found on PATH; install one (scripts/install-terraform) or set TFOPS_TERRAFORM")]
+    #[error(
+        "no {0} binary found on PATH; install one (scripts/install-terraform) or set TFOPS_TERRAFORM"
+    )]
     NoBinary(String),
     /// The port could not be bound.
     #[error("binding port {port}")]
@@ -153,7 +155,9 @@ pub async fn run(args: Args) -> Result<(), ProcessError> {
     );
     let stopping = service.clone();
     let shutdown = async move {
-        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
             return;
         };
         tokio::select! {

@@ -8,13 +8,13 @@ use sha2::{Digest, Sha256};
 
 use super::{FakeOp, FakeSession, FakeWorld, add};
 use crate::api::{
-    FINALIZER, ObjectKey, SecretKeyRef, SourceRef, TerraformObject, TerraformStatus, VarsFromKind,
+    FINALIZER, ObjectKey, SourceRef, TerraformObject, TerraformStatus, VarsFromKind,
     WriteOutputsToSecret,
 };
 use crate::ports::{
     Artifact, Clock, Event, EventSink, HealthChecker, InputsPort, ObjectWriter, OutputValue,
-    OutputsSink, PlanStore, PortError, ResolvedFile, ResolvedHealthCheck, ResolvedInputs, Revision,
-    RunnerPort, RunnerSession, SourcePort, StateAdmin, StoredPlan,
+    OutputsSink, PlanStore, PortError, ResolvedHealthCheck, ResolvedInputs, Revision, RunnerPort,
+    RunnerSession, SourcePort, StateAdmin, StoredPlan,
 };
 
 #[async_trait]
@@ -56,101 +56,26 @@ impl SourcePort for FakeWorld {
     }
 }
 
-impl FakeWorld {
-    fn read_key(&self, namespace: &str, r: &SecretKeyRef) -> Result<Option<String>, PortError> {
-        let w = self.lock();
-        match w
+impl crate::inputs::DataSource for FakeWorld {
+    fn data(
+        &self,
+        _: VarsFromKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<BTreeMap<String, String>> {
+        // Secrets and ConfigMaps share one map in the fake world.
+        self.lock()
             .secrets
-            .get(&(namespace.to_string(), r.name.clone()))
-            .and_then(|d| d.get(&r.key))
-        {
-            Some(v) => Ok(Some(v.clone())),
-            None if r.optional => Ok(None),
-            None => Err(PortError::NotFound(format!(
-                "key {} of {}/{}",
-                r.key, namespace, r.name
-            ))),
-        }
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
     }
-}
-
-fn json_or_string(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_string()))
 }
 
 #[async_trait]
 impl InputsPort for FakeWorld {
     async fn resolve(&self, object: &TerraformObject) -> Result<ResolvedInputs, PortError> {
         self.check(FakeOp::Inputs)?;
-        let ns = &object.metadata.namespace;
-        let spec = &object.spec;
-        let mut inputs = ResolvedInputs::default();
-        for from in &spec.vars_from {
-            let data = self
-                .lock()
-                .secrets
-                .get(&(ns.clone(), from.name.clone()))
-                .cloned();
-            let Some(data) = data else {
-                if from.optional {
-                    continue;
-                }
-                let kind = match from.kind {
-                    VarsFromKind::Secret => "Secret",
-                    VarsFromKind::ConfigMap => "ConfigMap",
-                };
-                return Err(PortError::NotFound(format!("{kind} {ns}/{}", from.name)));
-            };
-            if from.var_keys.is_empty() {
-                for (k, v) in &data {
-                    inputs.vars.insert(k.clone(), json_or_string(v));
-                }
-            }
-            for entry in &from.var_keys {
-                let (key, name) = entry.split_once(':').unwrap_or((entry, entry));
-                let v = data.get(key).ok_or_else(|| {
-                    PortError::NotFound(format!("key {key} of {ns}/{}", from.name))
-                })?;
-                inputs.vars.insert(name.to_string(), json_or_string(v));
-            }
-        }
-        for var in &spec.vars {
-            let value = match (&var.value, &var.value_from) {
-                (Some(v), _) => Some(v.clone()),
-                (None, Some(from)) => {
-                    let r = from
-                        .secret_key_ref
-                        .as_ref()
-                        .or(from.config_map_key_ref.as_ref());
-                    match r {
-                        Some(r) => self.read_key(ns, r)?.map(|t| json_or_string(&t)),
-                        None => None,
-                    }
-                }
-                (None, None) => None,
-            };
-            if let Some(value) = value {
-                inputs.vars.insert(var.name.clone(), value);
-            }
-        }
-        if let Some(values) = &spec.values {
-            inputs
-                .vars
-                .insert("values".into(), serde_json::Value::Object(values.clone()));
-        }
-        for m in &spec.file_mappings {
-            if let Some(content) = self.read_key(ns, &m.secret_key_ref)? {
-                inputs.files.push(ResolvedFile {
-                    location: m.location,
-                    path: m.path.clone(),
-                    content: content.into_bytes(),
-                });
-            }
-        }
-        if let Some(r) = &spec.cli_config_secret_ref {
-            inputs.cli_config = self.read_key(ns, r)?.map(String::into_bytes);
-        }
-        Ok(inputs)
+        crate::inputs::resolve(object, self)
     }
 }
 

@@ -9,5 +9,7 @@ async fn main() -> anyhow::Result<()> {
         println!("{}", tfops_runner::process::USAGE);
         return Ok(());
     };
-    tfops_runner::process::run(args).await.context("tfops-runner")
+    tfops_runner::process::run(args)
+        .await
+        .context("tfops-runner")
 }

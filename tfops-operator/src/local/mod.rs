@@ -1,0 +1,513 @@
+//! Local mode: the whole reconciler on one machine, no cluster.
+//!
+//! `Terraform` objects are read from YAML files (the same `infra.argocd.io/v1alpha1` objects as
+//! in a cluster, with `Secret`s and `ConfigMap`s for their inputs), reconciled in `dependsOn`
+//! order by the same `tfops-core` driver, through the same `tfops-runner` server over gRPC and
+//! mutual TLS (a child process on 127.0.0.1 with a CA made for the session). Status, plans,
+//! outputs and — unless an object names its own backend — Terraform state live in the state
+//! directory ([`store`]), so a restart continues where it was.
+
+pub mod health;
+pub mod manifest;
+pub mod output;
+pub mod ports;
+pub mod runner;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tfops_core::api::{
+    BackendConfig, ObjectKey, ObjectMeta, TerraformObject, TerraformStatus, annotations,
+};
+use tfops_core::conditions::{self, ConditionStatus, ConditionType};
+use tfops_core::ports::{Ports, SystemClock};
+use tfops_core::reconcile::{DependencyState, DependencyView, Driver, DriverError};
+
+use manifest::{Manifest, ManifestError, Manifests};
+use output::Printer;
+use ports::LocalWorld;
+use runner::{LocalRunner, RunnerStartError};
+use store::{Persisted, StateDir, StoreError};
+
+/// Why a local command failed (objects that are not Ready are not errors: they are reported).
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// The manifests could not be read.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// The state directory could not be used.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The runner could not start.
+    #[error(transparent)]
+    Runner(#[from] RunnerStartError),
+    /// The reconciler could not write status.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// No manifest file was given or remembered.
+    #[error("no manifest given: pass -f FILE (or run `tfops local apply -f FILE` once)")]
+    NoManifests,
+    /// The named object is not in the manifests.
+    #[error("no Terraform object named {0} in the manifests")]
+    NoSuchObject(String),
+    /// Nothing to approve.
+    #[error("{0} has no plan waiting for approval")]
+    NoPendingPlan(String),
+    /// The approval names another plan.
+    #[error("plan {given} is stale: the plan waiting for approval is {pending}")]
+    StalePlan {
+        /// The id given.
+        given: String,
+        /// The pending one.
+        pending: String,
+    },
+    /// No lock to release.
+    #[error("{0} reports no held state lock")]
+    NoLock(String),
+}
+
+/// Options shared by the commands.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Manifest files (`-f`).
+    pub files: Vec<PathBuf>,
+    /// `--state-dir`; default `.tfops/` next to the first manifest.
+    pub state_dir: Option<PathBuf>,
+    /// `--output json`.
+    pub json: bool,
+    /// `auto`, `terraform` or `tofu`.
+    pub binary: String,
+}
+
+/// One object's outcome.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReport {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `Ready` status (`True`, `False`, `Unknown`, or empty when absent).
+    pub ready: String,
+    /// `Ready` reason.
+    pub reason: String,
+    /// `Ready` message.
+    pub message: String,
+    /// The whole status.
+    pub status: TerraformStatus,
+}
+
+impl ObjectReport {
+    fn of(key: &ObjectKey, status: &TerraformStatus) -> Self {
+        let ready = conditions::find(&status.conditions, ConditionType::Ready);
+        Self {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            ready: ready.map(|c| format!("{:?}", c.status)).unwrap_or_default(),
+            reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
+            message: ready.map(|c| c.message.clone()).unwrap_or_default(),
+            status: status.clone(),
+        }
+    }
+
+    /// Whether `Ready` is `True`.
+    pub fn is_ready(&self) -> bool {
+        self.ready == "True"
+    }
+}
+
+/// A request made to one object before reconciling it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Reconcile now (`apply`).
+    Reconcile,
+    /// Only when due (`watch`).
+    WhenDue,
+    /// Approve this plan id.
+    Approve(Option<String>),
+    /// Plan even when nothing changed.
+    Replan,
+    /// Release the reported lock.
+    Unlock,
+    /// Destroy and forget the object.
+    Destroy,
+}
+
+/// Local mode for one command.
+pub struct Local {
+    opts: Options,
+    printer: Printer,
+    manifests: Manifests,
+    world: Arc<LocalWorld>,
+}
+
+fn now_token() -> String {
+    tfops_core::Timestamp::now().to_string()
+}
+
+fn state_dir_for(opts: &Options) -> PathBuf {
+    opts.state_dir.clone().unwrap_or_else(|| {
+        opts.files
+            .first()
+            .and_then(|f| f.parent())
+            .map(|p| {
+                if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                }
+            })
+            .unwrap_or(Path::new("."))
+            .join(".tfops")
+    })
+}
+
+impl Local {
+    /// Reads the manifests (given, or remembered in the state directory) and opens the state.
+    ///
+    /// # Errors
+    /// [`LocalError`] for unreadable manifests or state directory.
+    pub fn open(mut opts: Options) -> Result<Self, LocalError> {
+        let dir = StateDir::open(&state_dir_for(&opts))?;
+        if opts.files.is_empty() {
+            opts.files = dir.manifests();
+        } else {
+            dir.set_manifests(&opts.files)?;
+        }
+        let manifests = if opts.files.is_empty() {
+            Manifests::default()
+        } else {
+            manifest::read(&opts.files)?
+        };
+        let printer = Printer::new(opts.json);
+        let mut world = LocalWorld::new(dir, manifests.data.clone(), printer.clone());
+        for m in &manifests.objects {
+            world.bases.insert(m.key.clone(), m.base_dir.clone());
+        }
+        let mut persisted = BTreeMap::new();
+        for m in &manifests.objects {
+            let mut p = world.dir.load(&m.key)?.unwrap_or_default();
+            let digest = m.spec.digest_without_approval() + &m.spec.approve_plan;
+            if p.spec_digest != digest {
+                p.generation += 1;
+                p.spec_digest = digest;
+            }
+            persisted.insert(m.key.clone(), p);
+        }
+        *world.objects.lock().unwrap_or_else(|e| e.into_inner()) = persisted;
+        Ok(Self {
+            opts,
+            printer,
+            manifests,
+            world: Arc::new(world),
+        })
+    }
+
+    /// The printer.
+    pub fn printer(&self) -> &Printer {
+        &self.printer
+    }
+
+    fn persisted(&self, key: &ObjectKey) -> Persisted {
+        self.world
+            .objects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn find(&self, name: &str) -> Result<&Manifest, LocalError> {
+        let (ns, n) = name
+            .split_once('/')
+            .map_or((None, name), |(a, b)| (Some(a), b));
+        self.manifests
+            .objects
+            .iter()
+            .find(|m| m.key.name == n && ns.is_none_or(|ns| m.key.namespace == ns))
+            .ok_or_else(|| LocalError::NoSuchObject(name.to_string()))
+    }
+
+    fn object(&self, m: &Manifest) -> TerraformObject {
+        let p = self.persisted(&m.key);
+        let mut spec = m.spec.clone();
+        if spec.backend_config.is_none() {
+            let path = self.world.dir.state_file(&m.key);
+            spec.backend_config = Some(BackendConfig {
+                custom_configuration: Some(format!(
+                    "terraform {{\n  backend \"local\" {{\n    path = {}\n  }}\n}}\n",
+                    serde_json::Value::String(path.display().to_string())
+                )),
+                ..BackendConfig::default()
+            });
+        }
+        if p.deletion_requested_at.is_some() {
+            spec.destroy_resources_on_deletion = true;
+        }
+        let mut annotations = m.annotations.clone();
+        annotations.extend(p.annotations.clone());
+        TerraformObject {
+            metadata: ObjectMeta {
+                name: m.key.name.clone(),
+                namespace: m.key.namespace.clone(),
+                generation: p.generation.max(1),
+                labels: m.labels.clone(),
+                annotations,
+                deletion_timestamp: p.deletion_requested_at,
+                finalizers: p.finalizers.clone(),
+            },
+            spec,
+            status: p.status,
+        }
+    }
+
+    fn relations(&self, m: &Manifest) -> (Vec<DependencyState>, Vec<ObjectKey>) {
+        let deps = m
+            .spec
+            .depends_on
+            .iter()
+            .map(|d| {
+                let key =
+                    ObjectKey::new(d.namespace.as_deref().unwrap_or(&m.key.namespace), &d.name);
+                let found = self
+                    .manifests
+                    .objects
+                    .iter()
+                    .find(|o| o.key == key)
+                    .map(|o| DependencyView::of(&self.object(o)));
+                DependencyState { key, found }
+            })
+            .collect();
+        let dependants = self
+            .manifests
+            .objects
+            .iter()
+            .filter(|o| {
+                o.key != m.key
+                    && self.world.dir.load(&o.key).ok().flatten().is_some()
+                    && o.spec.depends_on.iter().any(|d| {
+                        d.name == m.key.name
+                            && d.namespace.as_deref().unwrap_or(&o.key.namespace) == m.key.namespace
+                    })
+            })
+            .map(|o| o.key.clone())
+            .collect();
+        (deps, dependants)
+    }
+
+    fn prepare(&self, m: &Manifest, request: &Request) -> Result<(), LocalError> {
+        let key = &m.key;
+        let mut p = self.persisted(key);
+        match request {
+            Request::WhenDue => {}
+            Request::Reconcile => {
+                p.annotations
+                    .insert(annotations::RECONCILE.into(), now_token());
+            }
+            Request::Approve(id) => {
+                let pending = p.status.plan.pending.clone();
+                if pending.is_empty() {
+                    return Err(LocalError::NoPendingPlan(key.to_string()));
+                }
+                let id = id.clone().unwrap_or_else(|| pending.clone());
+                if id != pending {
+                    return Err(LocalError::StalePlan { given: id, pending });
+                }
+                p.annotations.insert(annotations::APPROVE.into(), id);
+                p.annotations
+                    .insert(annotations::RECONCILE.into(), now_token());
+            }
+            Request::Replan => {
+                p.annotations
+                    .insert(annotations::REPLAN.into(), now_token());
+            }
+            Request::Unlock => {
+                if p.status.lock.pending.is_empty() {
+                    return Err(LocalError::NoLock(key.to_string()));
+                }
+                p.annotations.insert(
+                    annotations::FORCE_UNLOCK.into(),
+                    p.status.lock.pending.clone(),
+                );
+                p.annotations
+                    .insert(annotations::RECONCILE.into(), now_token());
+            }
+            Request::Destroy => {
+                p.deletion_requested_at = Some(tfops_core::Timestamp::now());
+            }
+        }
+        self.world.dir.save(key, &p)?;
+        self.world
+            .objects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), p);
+        Ok(())
+    }
+
+    /// Reconciles the objects named (all when empty) in dependency order, once each, after
+    /// applying `request` to them. Returns a report per object and the shortest requeue.
+    ///
+    /// # Errors
+    /// [`LocalError`] for what stops everything (manifests, state, runner).
+    pub async fn reconcile(
+        &self,
+        names: &[String],
+        request: Request,
+    ) -> Result<(Vec<ObjectReport>, Option<Duration>), LocalError> {
+        if self.opts.files.is_empty() {
+            return Err(LocalError::NoManifests);
+        }
+        let order = manifest::order(&self.manifests.objects)?;
+        let selected: Vec<&Manifest> = if names.is_empty() {
+            order.iter().map(|&i| &self.manifests.objects[i]).collect()
+        } else {
+            let wanted: Vec<&Manifest> = names
+                .iter()
+                .map(|n| self.find(n))
+                .collect::<Result<_, _>>()?;
+            order
+                .iter()
+                .map(|&i| &self.manifests.objects[i])
+                .filter(|m| wanted.iter().any(|w| w.key == m.key))
+                .collect()
+        };
+        for m in &selected {
+            self.prepare(m, &request)?;
+        }
+        let work = self.world.dir.root().join("work");
+        let runner =
+            Arc::new(LocalRunner::start(&work, &self.opts.binary, self.printer.clone()).await?);
+        let ports = Ports {
+            source: self.world.clone(),
+            inputs: self.world.clone(),
+            runner: runner.clone(),
+            plans: self.world.clone(),
+            outputs: self.world.clone(),
+            state: self.world.clone(),
+            health: self.world.clone(),
+            events: self.world.clone(),
+            objects: self.world.clone(),
+            clock: Arc::new(SystemClock),
+        };
+        let driver = Driver::new(ports);
+        let mut reports = Vec::new();
+        let mut next: Option<Duration> = None;
+        let mut failure = None;
+        for m in selected {
+            self.printer.object(&m.key.to_string());
+            let object = self.object(m);
+            let (deps, dependants) = self.relations(m);
+            match driver.reconcile(object, deps, dependants).await {
+                Ok(report) => {
+                    if report.records.is_empty() {
+                        self.printer.step("nothing due");
+                    }
+                    next = match (next, report.requeue_after) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    if self.world.dir.load(&m.key)?.is_none() {
+                        self.printer.step("removed (its Terraform state file is kept unless tfstate.deleteOnDestroy)");
+                        continue;
+                    }
+                    reports.push(ObjectReport::of(&m.key, &report.status));
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        runner.stop().await;
+        if let Some(e) = failure {
+            return Err(e.into());
+        }
+        Ok((reports, next))
+    }
+
+    /// The kept status of the objects (all when `name` is `None`).
+    ///
+    /// # Errors
+    /// [`LocalError`].
+    pub fn status(&self, name: Option<&str>) -> Result<Vec<ObjectReport>, LocalError> {
+        let keys: Vec<ObjectKey> = match name {
+            Some(n) => vec![self.find(n).map(|m| m.key.clone()).or_else(|_| {
+                self.world
+                    .dir
+                    .keys()
+                    .into_iter()
+                    .find(|k| k.name == n)
+                    .ok_or_else(|| LocalError::NoSuchObject(n.into()))
+            })?],
+            None => self.world.dir.keys(),
+        };
+        let mut out = Vec::new();
+        for k in keys {
+            if let Some(p) = self.world.dir.load(&k)? {
+                out.push(ObjectReport::of(&k, &p.status));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The readable form of the pending plan.
+    ///
+    /// # Errors
+    /// [`LocalError::NoPendingPlan`].
+    pub fn plan_text(&self, name: &str) -> Result<String, LocalError> {
+        let key = self.find(name).map(|m| m.key.clone())?;
+        if self.persisted(&key).status.plan.pending.is_empty() {
+            return Err(LocalError::NoPendingPlan(key.to_string()));
+        }
+        std::fs::read_to_string(self.world.dir.plan_dir(&key).join("readable.txt"))
+            .map_err(|_| LocalError::NoPendingPlan(key.to_string()))
+    }
+
+    /// Prints reports as a table (or JSON), returns whether every object is Ready.
+    pub fn print(&self, reports: &[ObjectReport]) -> bool {
+        if self.opts.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(reports).unwrap_or_else(|_| "[]".into())
+            );
+        } else {
+            let mut rows = vec![vec![
+                "OBJECT".to_string(),
+                "READY".into(),
+                "REASON".into(),
+                "MESSAGE".into(),
+            ]];
+            for r in reports {
+                let ready = match r.ready.as_str() {
+                    "True" => self.printer.paint("32", "True"),
+                    "False" => self.printer.paint("31", "False"),
+                    other => self
+                        .printer
+                        .paint("33", if other.is_empty() { "-" } else { other }),
+                };
+                rows.push(vec![
+                    format!("{}/{}", r.namespace, r.name),
+                    ready,
+                    r.reason.clone(),
+                    r.message.clone(),
+                ]);
+            }
+            println!();
+            self.printer.table(&rows);
+        }
+        reports.iter().all(ObjectReport::is_ready)
+    }
+}
+
+/// Whether the status says a run is waiting for approval (for messages).
+pub fn pending_plan(status: &TerraformStatus) -> Option<&str> {
+    let ready = conditions::find(&status.conditions, ConditionType::Ready)?;
+    (ready.status == ConditionStatus::Unknown && !status.plan.pending.is_empty())
+        .then_some(status.plan.pending.as_str())
+}

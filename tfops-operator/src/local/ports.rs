@@ -1,0 +1,303 @@
+//! The core's ports on the local machine: sources from directories, inputs from Secret and
+//! ConfigMap manifests, plans, outputs, status and state in the state directory.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tfops_core::api::{
+    FINALIZER, ObjectKey, SourceKind, SourceRef, TerraformObject, TerraformStatus, VarsFromKind,
+    WriteOutputsToSecret,
+};
+use tfops_core::ports::{
+    Artifact, Event, EventSink, EventType, HealthChecker, InputsPort, ObjectWriter, OutputValue,
+    OutputsSink, PlanStore, PortError, ResolvedHealthCheck, ResolvedInputs, Revision, SourcePort,
+    StateAdmin, StoredPlan,
+};
+
+use super::output::Printer;
+use super::store::{Persisted, StateDir, write_atomic};
+
+/// Local mode's world: the state directory, the manifests' data, and what is in flight.
+pub struct LocalWorld {
+    /// The state directory.
+    pub dir: StateDir,
+    /// Secrets and ConfigMaps from the manifests.
+    pub data: BTreeMap<(String, String), BTreeMap<String, String>>,
+    /// The directory each object's manifest came from.
+    pub bases: BTreeMap<ObjectKey, PathBuf>,
+    /// What is kept of each object.
+    pub objects: Mutex<BTreeMap<ObjectKey, Persisted>>,
+    artifacts: Mutex<BTreeMap<String, Artifact>>,
+    printer: Printer,
+}
+
+fn store_err(e: super::store::StoreError) -> PortError {
+    PortError::Unavailable(e.to_string())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Only this process writes these maps; a panic elsewhere leaves them usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl LocalWorld {
+    /// A world over `dir`.
+    pub fn new(
+        dir: StateDir,
+        data: BTreeMap<(String, String), BTreeMap<String, String>>,
+        printer: Printer,
+    ) -> Self {
+        Self {
+            dir,
+            data,
+            bases: BTreeMap::new(),
+            objects: Mutex::new(BTreeMap::new()),
+            artifacts: Mutex::new(BTreeMap::new()),
+            printer,
+        }
+    }
+
+    fn source_dir(&self, key: &ObjectKey, source: &SourceRef) -> Result<PathBuf, PortError> {
+        if source.kind != SourceKind::Local && !source.url.starts_with("file://") {
+            return Err(PortError::Invalid(format!(
+                "{:?} sources are not supported by local mode yet; use kind Local with a directory",
+                source.kind
+            )));
+        }
+        let raw = source.url.strip_prefix("file://").unwrap_or(&source.url);
+        let base = self
+            .bases
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| PathBuf::from("."));
+        let dir = base.join(raw);
+        if !dir.is_dir() {
+            return Err(PortError::NotFound(format!(
+                "source directory {} does not exist",
+                dir.display()
+            )));
+        }
+        Ok(dir)
+    }
+
+    fn update(&self, key: &ObjectKey, f: impl FnOnce(&mut Persisted)) -> Result<(), PortError> {
+        let mut objects = lock(&self.objects);
+        let p = objects.entry(key.clone()).or_default();
+        f(p);
+        self.dir.save(key, p).map_err(store_err)
+    }
+}
+
+#[async_trait]
+impl SourcePort for LocalWorld {
+    async fn resolve(&self, object: &ObjectKey, source: &SourceRef) -> Result<Revision, PortError> {
+        let dir = self.source_dir(object, source)?;
+        let mut data = Vec::new();
+        let summary = tfops_core::source::build_archive(&dir, None, &mut data)
+            .map_err(|e| PortError::Invalid(format!("archiving {}: {e}", dir.display())))?;
+        let revision = Revision {
+            reference: "local".into(),
+            digest: format!("sha256:{}", summary.sha256),
+        };
+        lock(&self.artifacts).insert(
+            summary.sha256.clone(),
+            Artifact {
+                sha256: summary.sha256,
+                data: Arc::new(data),
+            },
+        );
+        Ok(revision)
+    }
+
+    async fn fetch(
+        &self,
+        object: &ObjectKey,
+        source: &SourceRef,
+        revision: &Revision,
+        ignore: Option<&str>,
+    ) -> Result<Artifact, PortError> {
+        if ignore.is_none()
+            && let Some(a) = lock(&self.artifacts).get(revision.sha()).cloned()
+        {
+            return Ok(a);
+        }
+        let dir = self.source_dir(object, source)?;
+        let mut data = Vec::new();
+        let summary = tfops_core::source::build_archive(&dir, ignore, &mut data)
+            .map_err(|e| PortError::Invalid(format!("archiving {}: {e}", dir.display())))?;
+        Ok(Artifact {
+            sha256: summary.sha256,
+            data: Arc::new(data),
+        })
+    }
+}
+
+impl tfops_core::inputs::DataSource for LocalWorld {
+    fn data(
+        &self,
+        _: VarsFromKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<BTreeMap<String, String>> {
+        self.data
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+}
+
+#[async_trait]
+impl InputsPort for LocalWorld {
+    async fn resolve(&self, object: &TerraformObject) -> Result<ResolvedInputs, PortError> {
+        tfops_core::inputs::resolve(object, self)
+    }
+}
+
+#[async_trait]
+impl PlanStore for LocalWorld {
+    async fn save(&self, object: &ObjectKey, _: &str, plan: &StoredPlan) -> Result<(), PortError> {
+        let dir = self.dir.plan_dir(object);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| PortError::Unavailable(e.to_string()))?;
+        }
+        let config = tfops_core::plan::CodecConfig::default();
+        let (index, chunks) = tfops_core::plan::encode_reader(
+            &plan.binary[..],
+            config,
+            &plan.id,
+            &plan.id,
+            Vec::new(),
+        )
+        .map_err(|e| PortError::Invalid(e.to_string()))?;
+        for c in &chunks {
+            let i = c.header.index;
+            write_atomic(&dir.join(format!("chunk-{i}.bin")), &c.data, false).map_err(store_err)?;
+            let header =
+                serde_json::to_vec(&c.header).map_err(|e| PortError::Invalid(e.to_string()))?;
+            write_atomic(&dir.join(format!("chunk-{i}.json")), &header, false)
+                .map_err(store_err)?;
+        }
+        write_atomic(
+            &dir.join("readable.txt"),
+            plan.shown.readable.as_bytes(),
+            false,
+        )
+        .map_err(store_err)?;
+        write_atomic(&dir.join("plan.json"), plan.shown.json.as_bytes(), false)
+            .map_err(store_err)?;
+        // Written last: a reader that finds the index finds every chunk it names.
+        let index =
+            serde_json::to_vec_pretty(&index).map_err(|e| PortError::Invalid(e.to_string()))?;
+        write_atomic(&dir.join("index.json"), &index, false).map_err(store_err)
+    }
+
+    async fn delete(&self, object: &ObjectKey, _: &str) -> Result<(), PortError> {
+        let dir = self.dir.plan_dir(object);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(PortError::Unavailable(e.to_string())),
+        }
+    }
+}
+
+#[async_trait]
+impl OutputsSink for LocalWorld {
+    async fn write(
+        &self,
+        object: &ObjectKey,
+        target: &WriteOutputsToSecret,
+        outputs: &BTreeMap<String, OutputValue>,
+    ) -> Result<(), PortError> {
+        let selected: BTreeMap<String, serde_json::Value> = match target.selection() {
+            None => outputs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.value.clone()))
+                .collect(),
+            Some(pairs) => pairs
+                .into_iter()
+                .filter_map(|(tf, key)| outputs.get(&tf).map(|v| (key, v.value.clone())))
+                .collect(),
+        };
+        let doc = serde_json::json!({"name": target.name, "labels": target.labels, "annotations": target.annotations, "data": selected});
+        let bytes =
+            serde_json::to_vec_pretty(&doc).map_err(|e| PortError::Invalid(e.to_string()))?;
+        write_atomic(&self.dir.outputs_file(object), &bytes, true).map_err(store_err)
+    }
+
+    async fn delete(&self, object: &ObjectKey, _: &str) -> Result<(), PortError> {
+        match std::fs::remove_file(self.dir.outputs_file(object)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(PortError::Unavailable(e.to_string())),
+        }
+    }
+}
+
+#[async_trait]
+impl StateAdmin for LocalWorld {
+    async fn delete_state(&self, object: &ObjectKey, _: &str, _: &str) -> Result<(), PortError> {
+        let state = self.dir.state_file(object);
+        for path in [state.clone(), state.with_extension("tfstate.backup")] {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(PortError::Unavailable(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl HealthChecker for LocalWorld {
+    async fn check(&self, check: &ResolvedHealthCheck) -> Result<(), PortError> {
+        super::health::check(check).await
+    }
+}
+
+#[async_trait]
+impl EventSink for LocalWorld {
+    async fn emit(&self, _: &ObjectKey, event: Event) {
+        if event.event_type == EventType::Warning {
+            self.printer
+                .warn(&format!("{}: {}", event.reason, event.message));
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectWriter for LocalWorld {
+    async fn write_status(
+        &self,
+        object: &ObjectKey,
+        status: &TerraformStatus,
+    ) -> Result<(), PortError> {
+        self.update(object, |p| p.status = status.clone())
+    }
+
+    async fn add_finalizer(&self, object: &ObjectKey) -> Result<(), PortError> {
+        self.update(object, |p| {
+            if !p.finalizers.iter().any(|f| f == FINALIZER) {
+                p.finalizers.push(FINALIZER.to_string());
+            }
+        })
+    }
+
+    async fn remove_finalizer(&self, object: &ObjectKey) -> Result<(), PortError> {
+        let gone = {
+            let mut objects = lock(&self.objects);
+            let p = objects.entry(object.clone()).or_default();
+            p.finalizers.retain(|f| f != FINALIZER);
+            p.finalizers.is_empty() && p.deletion_requested_at.is_some()
+        };
+        if gone {
+            lock(&self.objects).remove(object);
+            self.dir.forget(object).map_err(store_err)
+        } else {
+            let p = lock(&self.objects).get(object).cloned().unwrap_or_default();
+            self.dir.save(object, &p).map_err(store_err)
+        }
+    }
+}

