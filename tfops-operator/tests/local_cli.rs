@@ -1,0 +1,307 @@
+//! The `tfops local` command line end to end, with a real terraform through the real runner.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn terraform() -> PathBuf {
+    std::env::var_os("TFOPS_TERRAFORM")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join("terraform"))
+                    .find(|p| p.is_file())
+            })
+        })
+        .expect("a real terraform: run scripts/install-terraform and set TFOPS_TERRAFORM")
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn tfops(dir: &Path, args: &[&str]) -> Out {
+    let out: Output = Command::new(env!("CARGO_BIN_EXE_tfops"))
+        .args(args)
+        .current_dir(dir)
+        .env("TFOPS_TERRAFORM", terraform())
+        .output()
+        .unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+const CONFIG: &str = r#"
+variable "n" {
+  type    = number
+  default = 1
+}
+data "terraform_remote_state" "upstream" {
+  backend = "local"
+  config = { path = "UPSTREAM" }
+}
+resource "terraform_data" "a" {
+  input = "a-${var.n}"
+}
+output "a" {
+  value = terraform_data.a.output
+}
+output "upstream_color" {
+  value = data.terraform_remote_state.upstream.outputs.color
+}
+"#;
+
+fn upstream(dir: &Path, color: &str, serial: u32) {
+    std::fs::write(
+        dir.join("upstream.tfstate"),
+        format!(r#"{{"version":4,"terraform_version":"1.5.0","serial":{serial},"lineage":"00000000-0000-0000-0000-000000000000","outputs":{{"color":{{"value":"{color}","type":"string"}}}},"resources":[],"check_results":null}}"#),
+    )
+    .unwrap();
+}
+
+fn object(name: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: infra.argocd.io/v1alpha1\nkind: Terraform\nmetadata:\n  name: {name}\n  namespace: demo\nspec:\n  sourceRef:\n    kind: Local\n    url: ./infra\n{extra}"
+    )
+}
+
+fn project(yaml: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("infra")).unwrap();
+    // The runner works on an extracted copy of ./infra: the upstream state is named absolutely.
+    let upstream_path = dir.path().join("upstream.tfstate").display().to_string();
+    std::fs::write(
+        dir.path().join("infra/main.tf"),
+        CONFIG.replace("UPSTREAM", &upstream_path),
+    )
+    .unwrap();
+    upstream(dir.path(), "blue", 1);
+    std::fs::write(dir.path().join("terraform.yaml"), yaml).unwrap();
+    dir
+}
+
+#[test]
+fn apply_then_apply_again_changes_nothing() {
+    let p = project(&object(
+        "app",
+        "  approvePlan: auto\n  writeOutputsToSecret:\n    name: app-out\n",
+    ));
+    let first = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(first.code, 0, "{}{}", first.stdout, first.stderr);
+    assert!(first.stdout.contains("plan: +1 ~0 -0"), "{}", first.stdout);
+    assert!(first.stdout.contains("TerraformAppliedSucceed"));
+    let outputs = p.path().join(".tfops/objects/demo/app/outputs.json");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&outputs).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(std::fs::read_to_string(&outputs).unwrap().contains("a-1"));
+
+    let second = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(second.code, 0, "{}{}", second.stdout, second.stderr);
+    assert!(
+        second.stdout.contains("drift check: no drift"),
+        "{}",
+        second.stdout
+    );
+    assert!(
+        !second.stdout.contains("  apply"),
+        "no second apply: {}",
+        second.stdout
+    );
+
+    let status = tfops(p.path(), &["local", "status", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(v[0]["reason"], "NoDrift");
+}
+
+#[test]
+fn a_plan_waits_for_approval_and_stale_ids_are_refused() {
+    let p = project(&object("app", ""));
+    let first = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(
+        first.code, 1,
+        "not Ready while waiting: {}{}",
+        first.stdout, first.stderr
+    );
+    assert!(first.stdout.contains("awaits approval"), "{}", first.stdout);
+    let status = tfops(p.path(), &["local", "status", "app", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    let pending = v[0]["status"]["plan"]["pending"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(pending.starts_with("plan-local-"), "{pending}");
+    assert!(
+        first.stdout.contains(&pending),
+        "the id to approve is printed"
+    );
+
+    let show = tfops(p.path(), &["local", "plan", "show", "app"]);
+    assert!(
+        show.stdout.contains("terraform_data.a will be created"),
+        "{}",
+        show.stdout
+    );
+
+    let stale = tfops(
+        p.path(),
+        &["local", "approve", "app", "plan-local-0000000000"],
+    );
+    assert_eq!(stale.code, 2);
+    assert!(stale.stderr.contains("is stale"), "{}", stale.stderr);
+
+    let approved = tfops(p.path(), &["local", "approve", "app", &pending]);
+    assert_eq!(approved.code, 0, "{}{}", approved.stdout, approved.stderr);
+    assert!(
+        approved.stdout.contains("TerraformAppliedSucceed"),
+        "{}",
+        approved.stdout
+    );
+}
+
+#[test]
+fn dependencies_run_first_and_a_cycle_is_named() {
+    let yaml = format!(
+        "{}  approvePlan: auto\n  dependsOn:\n    - name: net\n---\n{}  approvePlan: auto\n",
+        object("app", ""),
+        object("net", "")
+    );
+    let p = project(&yaml);
+    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let net = out.stdout.find("● demo/net").unwrap();
+    let app = out.stdout.find("● demo/app").unwrap();
+    assert!(net < app, "net before app: {}", out.stdout);
+
+    let cycle = format!(
+        "{}  dependsOn:\n    - name: b\n---\n{}  dependsOn:\n    - name: a\n",
+        object("a", ""),
+        object("b", "")
+    );
+    let p = project(&cycle);
+    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("dependsOn forms a cycle: demo/a -> demo/b -> demo/a"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn bad_input_gets_a_clear_message() {
+    let p = project(
+        "apiVersion: infra.argocd.io/v1alpha1\nkind: Terraform\nmetadata:\n  name: x\nspec:\n  sourceRef: [unclosed\n",
+    );
+    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("line 6"), "{}", out.stderr);
+
+    let p = project(&object("x", "  aproovePlan: auto\n"));
+    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("aproovePlan"), "{}", out.stderr);
+
+    let p = project(&object("x", "  interval: often\n  parallelism: -1\n"));
+    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stdout.contains("InvalidSpec")
+            && out.stdout.contains("spec.interval")
+            && out.stdout.contains("spec.parallelism"),
+        "{}",
+        out.stdout
+    );
+
+    let p = project(&object("x", "  approvePlan: auto\n").replace("./infra", "./nowhere"));
+    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stdout.contains("SourceFetchFailed") && out.stdout.contains("does not exist"),
+        "{}",
+        out.stdout
+    );
+
+    let p = project(&object("x", "  approvePlan: auto\n"));
+    let out = tfops(
+        p.path(),
+        &[
+            "local",
+            "apply",
+            "-f",
+            "terraform.yaml",
+            "--state-dir",
+            "/proc/nope",
+        ],
+    );
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("state directory"), "{}", out.stderr);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
+        .args(["local", "apply", "-f", "terraform.yaml"])
+        .current_dir(p.path())
+        .env_remove("TFOPS_TERRAFORM")
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("scripts/install-terraform"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn drift_is_detected_and_corrected_in_auto_mode_then_destroy_removes_everything() {
+    let p = project(&object("app", "  approvePlan: auto\n"));
+    assert_eq!(
+        tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]).code,
+        0
+    );
+    upstream(p.path(), "red", 2);
+    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert!(
+        out.stdout
+            .contains("drift check: drift in output.upstream_color"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        out.code, 0,
+        "re-planned and applied in auto mode: {}{}",
+        out.stdout, out.stderr
+    );
+    let status = tfops(p.path(), &["local", "status", "app", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert!(v[0]["status"]["lastDriftDetectedAt"].is_string());
+
+    let out = tfops(p.path(), &["local", "destroy", "app"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("destroy") && out.stdout.contains("removed"),
+        "{}",
+        out.stdout
+    );
+    let state = std::fs::read_to_string(p.path().join(".tfops/objects/demo/app/terraform.tfstate"))
+        .unwrap();
+    assert!(
+        !state.contains("terraform_data"),
+        "resources destroyed, state file kept"
+    );
+    assert!(
+        tfops(p.path(), &["local", "status", "--output", "json"])
+            .stdout
+            .trim()
+            == "[]"
+    );
+}
