@@ -305,3 +305,68 @@ fn drift_is_detected_and_corrected_in_auto_mode_then_destroy_removes_everything(
             == "[]"
     );
 }
+
+/// The README's first command (`scripts/demo`) runs exactly this reconcile path.
+#[test]
+fn the_demo_reconciles_examples_hello() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hello");
+    let p = tempfile::tempdir().unwrap();
+    for rel in ["terraform.yaml", "infra/main.tf"] {
+        let to = p.path().join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(examples.join(rel), to).unwrap();
+    }
+    let first = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(first.code, 0, "{}{}", first.stdout, first.stderr);
+    assert!(first.stdout.contains("plan: +4 ~0 -0"), "{}", first.stdout);
+    assert!(
+        first.stdout.contains(r#"message="hello, world""#),
+        "{}",
+        first.stdout
+    );
+    let second = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(second.code, 0);
+    assert!(second.stdout.contains("NoDrift"), "{}", second.stdout);
+}
+
+#[test]
+fn watch_interrupted_mid_apply_then_restarted_keeps_state_and_applies_once() {
+    let p = project(&object("app", "  approvePlan: auto\n"));
+    let slow = "resource \"terraform_data\" \"slow\" {\n  provisioner \"local-exec\" {\n    command = \"sleep 30\"\n  }\n}\n";
+    let main = p.path().join("infra/main.tf");
+    let config = std::fs::read_to_string(&main).unwrap();
+    std::fs::write(&main, format!("{config}\n{slow}")).unwrap();
+    let watch = Command::new(env!("CARGO_BIN_EXE_tfops"))
+        .args(["local", "watch", "-f", "terraform.yaml"])
+        .current_dir(p.path())
+        .env("TFOPS_TERRAFORM", terraform())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    // Ctrl-C: tfops stops its runner, which cancels terraform (SIGTERM) so it releases its lock.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watch.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = watch.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(25),
+        "stopped promptly"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("interrupted"), "{text}");
+    assert_ne!(out.status.code(), Some(0));
+
+    // Restarted without the slow resource: the state was not damaged and one apply finishes.
+    std::fs::write(&main, config).unwrap();
+    let again = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(again.code, 0, "{}{}", again.stdout, again.stderr);
+    assert!(
+        again.stdout.contains("TerraformAppliedSucceed"),
+        "{}",
+        again.stdout
+    );
+}

@@ -167,6 +167,9 @@ pub async fn run(args: Args) -> Result<(), ProcessError> {
         eprintln!("tfops-runner: stopping; cancelling running commands");
         stopping.cancel_all();
     };
+    let idle = service.clone();
     serve(listener, service, &tls, args.max_message, shutdown).await?;
+    // Cancelled commands finish their SIGTERM handling (releasing state locks) before exit.
+    idle.wait_idle(args.grace + Duration::from_secs(5)).await;
     Ok(())
 }

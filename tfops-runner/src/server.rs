@@ -120,6 +120,22 @@ impl RunnerService {
         }
     }
 
+    /// Waits until no command is running (after [`RunnerService::cancel_all`]), at most
+    /// `limit`: Terraform gets to finish its SIGTERM handling and release its lock before the
+    /// process exits.
+    pub async fn wait_idle(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let running = lock(&self.runs)
+                .values()
+                .any(|e| e.result.borrow().is_none());
+            if !running || tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     fn archive_dir(&self) -> PathBuf {
         self.config.workdir_root.join(".tfops-archives")
     }

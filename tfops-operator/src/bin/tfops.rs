@@ -63,15 +63,21 @@ async fn local(args: &[String]) -> anyhow::Result<bool> {
     let (opts, words) = parse(args)?;
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
     let local = Local::open(opts)?;
+    let result = run_local(&local, &words).await;
+    local.shutdown().await;
+    result
+}
+
+async fn run_local(local: &Local, words: &[&str]) -> anyhow::Result<bool> {
     let one = |w: &[&str]| -> anyhow::Result<String> {
         match w {
             [name] => Ok((*name).to_string()),
             _ => bail!("name exactly one object\n{USAGE}"),
         }
     };
-    let reports = match words.as_slice() {
+    let reports = match words {
         ["apply"] => local.reconcile(&[], Request::Reconcile).await?.0,
-        ["watch"] => return watch(&local).await,
+        ["watch"] => return watch(local).await,
         ["status", rest @ ..] => {
             let name = rest.first().copied();
             let reports = local.status(name)?;

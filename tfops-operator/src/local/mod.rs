@@ -143,6 +143,7 @@ pub struct Local {
     printer: Printer,
     manifests: Manifests,
     world: Arc<LocalWorld>,
+    runner: tokio::sync::Mutex<Option<Arc<LocalRunner>>>,
 }
 
 fn now_token() -> String {
@@ -204,6 +205,7 @@ impl Local {
             printer,
             manifests,
             world: Arc::new(world),
+            runner: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -380,9 +382,7 @@ impl Local {
         for m in &selected {
             self.prepare(m, &request)?;
         }
-        let work = self.world.dir.root().join("work");
-        let runner =
-            Arc::new(LocalRunner::start(&work, &self.opts.binary, self.printer.clone()).await?);
+        let runner = self.runner().await?;
         let ports = Ports {
             source: self.world.clone(),
             inputs: self.world.clone(),
@@ -424,11 +424,31 @@ impl Local {
                 }
             }
         }
-        runner.stop().await;
         if let Some(e) = failure {
             return Err(e.into());
         }
         Ok((reports, next))
+    }
+
+    /// The runner, started on first use and kept for the rest of the command.
+    async fn runner(&self) -> Result<Arc<LocalRunner>, LocalError> {
+        let mut slot = self.runner.lock().await;
+        if let Some(r) = slot.as_ref() {
+            return Ok(r.clone());
+        }
+        let work = self.world.dir.root().join("work");
+        let r = Arc::new(LocalRunner::start(&work, &self.opts.binary, self.printer.clone()).await?);
+        *slot = Some(r.clone());
+        Ok(r)
+    }
+
+    /// Stops the runner, if started: a running Terraform command is cancelled (SIGTERM) and
+    /// releases its state lock before the runner exits. Call before exiting, also on Ctrl-C.
+    pub async fn shutdown(&self) {
+        let runner = self.runner.lock().await.take();
+        if let Some(r) = runner {
+            r.stop().await;
+        }
     }
 
     /// The kept status of the objects (all when `name` is `None`).
