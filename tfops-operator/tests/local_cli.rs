@@ -370,3 +370,33 @@ fn watch_interrupted_mid_apply_then_restarted_keeps_state_and_applies_once() {
         again.stdout
     );
 }
+
+#[test]
+fn replan_plans_even_when_nothing_changed_and_unlock_needs_a_lock() {
+    let p = project(&object("app", "  approvePlan: auto\n"));
+    assert_eq!(
+        tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]).code,
+        0
+    );
+    let replan = tfops(p.path(), &["local", "replan", "app"]);
+    assert_eq!(replan.code, 0, "{}{}", replan.stdout, replan.stderr);
+    assert!(
+        replan.stdout.contains("plan: no changes"),
+        "no drift shortcut: {}",
+        replan.stdout
+    );
+    let unlock = tfops(p.path(), &["local", "unlock", "app"]);
+    assert_eq!(unlock.code, 2);
+    assert!(
+        unlock.stderr.contains("reports no held state lock"),
+        "{}",
+        unlock.stderr
+    );
+    let unknown = tfops(p.path(), &["local", "replan", "nope"]);
+    assert_eq!(unknown.code, 2);
+    assert!(
+        unknown.stderr.contains("no Terraform object named nope"),
+        "{}",
+        unknown.stderr
+    );
+}
