@@ -15,6 +15,7 @@
 
 mod archive;
 mod extract;
+pub mod refs;
 mod rules;
 
 pub use archive::{ArchiveError, ArchiveSummary, build_archive};
