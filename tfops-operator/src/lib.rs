@@ -7,3 +7,4 @@
 //! wiring `tfops-kube` comes with the Kubernetes issue.
 
 pub mod local;
+pub mod sources;

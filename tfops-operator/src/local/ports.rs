@@ -16,8 +16,11 @@ use tfops_core::ports::{
     StateAdmin, StoredPlan,
 };
 
+use tfops_core::source::refs::ResolvedRef;
+
 use super::output::Printer;
 use super::store::{Persisted, StateDir, write_atomic};
+use crate::sources::git::{GitCredentials, GitError, GitSource};
 
 /// Local mode's world: the state directory, the manifests' data, and what is in flight.
 pub struct LocalWorld {
@@ -30,6 +33,8 @@ pub struct LocalWorld {
     /// What is kept of each object.
     pub objects: Mutex<BTreeMap<ObjectKey, Persisted>>,
     artifacts: Mutex<BTreeMap<String, Artifact>>,
+    git: Arc<GitSource>,
+    resolved: Mutex<BTreeMap<(String, String), ResolvedRef>>,
     printer: Printer,
 }
 
@@ -50,21 +55,22 @@ impl LocalWorld {
         printer: Printer,
     ) -> Self {
         Self {
-            dir,
             data,
             bases: BTreeMap::new(),
             objects: Mutex::new(BTreeMap::new()),
             artifacts: Mutex::new(BTreeMap::new()),
+            git: Arc::new(GitSource::new(&dir.root().join("cache/git"))),
+            resolved: Mutex::new(BTreeMap::new()),
             printer,
+            dir,
         }
     }
 
     fn source_dir(&self, key: &ObjectKey, source: &SourceRef) -> Result<PathBuf, PortError> {
-        if source.kind != SourceKind::Local && !source.url.starts_with("file://") {
-            return Err(PortError::Invalid(format!(
-                "{:?} sources are not supported by local mode yet; use kind Local with a directory",
-                source.kind
-            )));
+        if source.kind == SourceKind::OciRepository {
+            return Err(PortError::Invalid(
+                "OCIRepository sources are not supported by local mode yet; use a directory (kind Local) or a GitRepository".into(),
+            ));
         }
         let raw = source.url.strip_prefix("file://").unwrap_or(&source.url);
         let base = self
@@ -90,9 +96,96 @@ impl LocalWorld {
     }
 }
 
+fn git_error(e: GitError) -> PortError {
+    match e {
+        GitError::AccessDenied { .. } => PortError::AccessDenied(e.to_string()),
+        GitError::Ref { .. } | GitError::NoSuchCommit { .. } => PortError::NotFound(e.to_string()),
+        GitError::Unreachable { .. } | GitError::Local(_) => PortError::Unavailable(e.to_string()),
+    }
+}
+
+fn is_git(source: &SourceRef) -> bool {
+    source.kind == SourceKind::GitRepository && !source.url.starts_with("file://")
+}
+
+impl LocalWorld {
+    fn git_credentials(&self, key: &ObjectKey, source: &SourceRef) -> GitCredentials {
+        let data = source
+            .secret_ref
+            .as_ref()
+            .and_then(|r| self.data.get(&(key.namespace.clone(), r.name.clone())));
+        GitCredentials {
+            username: data.and_then(|d| d.get("username").cloned()),
+            password: data.and_then(|d| d.get("password").or_else(|| d.get("token")).cloned()),
+        }
+    }
+
+    async fn git_resolve(
+        &self,
+        object: &ObjectKey,
+        source: &SourceRef,
+    ) -> Result<Revision, PortError> {
+        let (git, url, reference, creds) = (
+            self.git.clone(),
+            source.url.clone(),
+            source.reference.clone(),
+            self.git_credentials(object, source),
+        );
+        let resolved = tokio::task::spawn_blocking(move || git.resolve(&url, &reference, &creds))
+            .await
+            .map_err(|e| PortError::Unavailable(e.to_string()))?
+            .map_err(git_error)?;
+        let revision = Revision {
+            reference: resolved.name.clone(),
+            digest: format!("sha1:{}", resolved.sha),
+        };
+        lock(&self.resolved).insert((source.url.clone(), resolved.sha.clone()), resolved);
+        Ok(revision)
+    }
+
+    async fn git_fetch(
+        &self,
+        object: &ObjectKey,
+        source: &SourceRef,
+        revision: &Revision,
+        ignore: Option<&str>,
+    ) -> Result<Artifact, PortError> {
+        let resolved = lock(&self.resolved)
+            .get(&(source.url.clone(), revision.sha().to_string()))
+            .cloned()
+            .ok_or_else(|| {
+                PortError::Unavailable(format!("revision {revision} was not resolved in this run"))
+            })?;
+        let (git, url, creds) = (
+            self.git.clone(),
+            source.url.clone(),
+            self.git_credentials(object, source),
+        );
+        let ignore = ignore.map(str::to_string);
+        tokio::task::spawn_blocking(move || {
+            let tree = tempfile::tempdir().map_err(|e| PortError::Unavailable(e.to_string()))?;
+            let dest = tree.path().join("src");
+            git.checkout(&url, &resolved, &creds, &dest)
+                .map_err(git_error)?;
+            let mut data = Vec::new();
+            let summary = tfops_core::source::build_archive(&dest, ignore.as_deref(), &mut data)
+                .map_err(|e| PortError::Invalid(format!("archiving {url}: {e}")))?;
+            Ok(Artifact {
+                sha256: summary.sha256,
+                data: Arc::new(data),
+            })
+        })
+        .await
+        .map_err(|e| PortError::Unavailable(e.to_string()))?
+    }
+}
+
 #[async_trait]
 impl SourcePort for LocalWorld {
     async fn resolve(&self, object: &ObjectKey, source: &SourceRef) -> Result<Revision, PortError> {
+        if is_git(source) {
+            return self.git_resolve(object, source).await;
+        }
         let dir = self.source_dir(object, source)?;
         let mut data = Vec::new();
         let summary = tfops_core::source::build_archive(&dir, None, &mut data)
@@ -118,6 +211,9 @@ impl SourcePort for LocalWorld {
         revision: &Revision,
         ignore: Option<&str>,
     ) -> Result<Artifact, PortError> {
+        if is_git(source) {
+            return self.git_fetch(object, source, revision, ignore).await;
+        }
         if ignore.is_none()
             && let Some(a) = lock(&self.artifacts).get(revision.sha()).cloned()
         {

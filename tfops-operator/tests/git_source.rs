@@ -1,0 +1,295 @@
+//! Git sources against a real `git daemon` on 127.0.0.1: every ref kind, a new commit, a
+//! forced push, unknown refs and an unreachable host; then local mode on a GitRepository.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use tfops_core::api::SourceRevisionRef;
+use tfops_operator::sources::git::{GitCredentials, GitError, GitSource};
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn commit(repo: &Path, file: &str, content: &str) -> String {
+    std::fs::write(repo.join(file), content).unwrap();
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "-m", content]);
+    git(repo, &["rev-parse", "HEAD"])
+}
+
+struct Daemon {
+    child: Child,
+    port: u16,
+    root: tempfile::TempDir,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    fn url(&self, repo: &str) -> String {
+        format!("git://127.0.0.1:{}/{repo}", self.port)
+    }
+    fn repo(&self, name: &str) -> PathBuf {
+        self.root.path().join(name)
+    }
+}
+
+/// A repository `infra` (main.tf; tags v1.0.0, v1.2.0 annotated, v2.0.0; branch dev) served by
+/// `git daemon` on a free loopback port.
+fn daemon() -> Daemon {
+    let root = tempfile::tempdir().unwrap();
+    let repo = root.path().join("infra");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    commit(
+        &repo,
+        "main.tf",
+        "resource \"terraform_data\" \"a\" { input = \"one\" }\n",
+    );
+    git(&repo, &["tag", "v1.0.0"]);
+    commit(
+        &repo,
+        "main.tf",
+        "resource \"terraform_data\" \"a\" { input = \"two\" }\n",
+    );
+    git(&repo, &["tag", "-a", "v1.2.0", "-m", "release"]);
+    commit(
+        &repo,
+        "main.tf",
+        "resource \"terraform_data\" \"a\" { input = \"three\" }\n",
+    );
+    git(&repo, &["tag", "v2.0.0"]);
+    git(&repo, &["branch", "dev", "v1.0.0"]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // The daemon binary itself (not the `git daemon` wrapper), so that killing it stops it.
+    let exec_path = git(root.path(), &["--exec-path"]);
+    let child = Command::new(Path::new(&exec_path).join("git-daemon"))
+        .args([
+            "--reuseaddr",
+            "--export-all",
+            "--listen=127.0.0.1",
+            &format!("--port={port}"),
+        ])
+        .arg(format!("--base-path={}", root.path().display()))
+        .arg(root.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Daemon { child, port, root }
+}
+
+fn reference(j: serde_json::Value) -> SourceRevisionRef {
+    serde_json::from_value(j).unwrap()
+}
+
+fn tree_of(src: &GitSource, url: &str, r: &SourceRevisionRef) -> (String, String) {
+    let resolved = src.resolve(url, r, &GitCredentials::default()).unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    let commit = src
+        .checkout(
+            url,
+            &resolved,
+            &GitCredentials::default(),
+            &dest.path().join("t"),
+        )
+        .unwrap();
+    assert!(
+        !dest.path().join("t/.git").exists(),
+        ".git never reaches the tree"
+    );
+    (
+        commit,
+        std::fs::read_to_string(dest.path().join("t/main.tf")).unwrap(),
+    )
+}
+
+#[test]
+fn every_ref_kind_resolves_and_fetches_the_right_tree() {
+    let d = daemon();
+    let cache = tempfile::tempdir().unwrap();
+    let src = GitSource::new(cache.path());
+    let url = d.url("infra");
+    let head = git(&d.repo("infra"), &["rev-parse", "HEAD"]);
+    let (c, text) = tree_of(
+        &src,
+        &url,
+        &reference(serde_json::json!({"branch": "main"})),
+    );
+    assert_eq!(c, head);
+    assert!(text.contains("three"));
+    assert!(
+        tree_of(&src, &url, &reference(serde_json::json!({"branch": "dev"})))
+            .1
+            .contains("one")
+    );
+    assert!(
+        tree_of(&src, &url, &reference(serde_json::json!({"tag": "v1.2.0"})))
+            .1
+            .contains("two"),
+        "annotated tag"
+    );
+    let semver = src
+        .resolve(
+            &url,
+            &reference(serde_json::json!({"semver": ">=1.0.0 <2.0.0"})),
+            &GitCredentials::default(),
+        )
+        .unwrap();
+    assert_eq!(semver.name, "v1.2.0");
+    let v1 = git(&d.repo("infra"), &["rev-parse", "v1.0.0"]);
+    let (c, text) = tree_of(&src, &url, &reference(serde_json::json!({"commit": v1})));
+    assert_eq!(c, v1);
+    assert!(
+        text.contains("one"),
+        "an exact commit that is no branch tip"
+    );
+}
+
+#[test]
+fn new_commits_and_forced_pushes_change_the_revision() {
+    let d = daemon();
+    let cache = tempfile::tempdir().unwrap();
+    let src = GitSource::new(cache.path());
+    let url = d.url("infra");
+    let main = reference(serde_json::json!({"branch": "main"}));
+    let first = src
+        .resolve(&url, &main, &GitCredentials::default())
+        .unwrap()
+        .sha;
+    let second = commit(
+        &d.repo("infra"),
+        "main.tf",
+        "resource \"terraform_data\" \"a\" { input = \"four\" }\n",
+    );
+    assert_eq!(
+        src.resolve(&url, &main, &GitCredentials::default())
+            .unwrap()
+            .sha,
+        second
+    );
+    assert!(tree_of(&src, &url, &main).1.contains("four"));
+    // History rewritten (what a forced push does to the branch).
+    git(&d.repo("infra"), &["reset", "-q", "--hard", &first]);
+    let rewritten = commit(
+        &d.repo("infra"),
+        "main.tf",
+        "resource \"terraform_data\" \"a\" { input = \"five\" }\n",
+    );
+    let (c, text) = tree_of(&src, &url, &main);
+    assert_eq!(c, rewritten);
+    assert!(text.contains("five"));
+}
+
+#[test]
+fn unknown_refs_and_unreachable_hosts_are_named() {
+    let d = daemon();
+    let src = GitSource::new(tempfile::tempdir().unwrap().path());
+    let url = d.url("infra");
+    let err = src
+        .resolve(
+            &url,
+            &reference(serde_json::json!({"branch": "nope"})),
+            &GitCredentials::default(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, GitError::Ref { .. })
+            && err.to_string().contains("branch \"nope\" does not exist"),
+        "{err}"
+    );
+    let err = src
+        .resolve(
+            &url,
+            &reference(serde_json::json!({"semver": ">=9"})),
+            &GitCredentials::default(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("no tag matches"), "{err}");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = src
+        .resolve(
+            &format!("git://127.0.0.1:{closed}/infra"),
+            &reference(serde_json::json!({})),
+            &GitCredentials::default(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, GitError::Unreachable { .. }), "{err}");
+}
+
+#[test]
+fn local_mode_reconciles_a_git_repository() {
+    let d = daemon();
+    let project = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "apiVersion: infra.argocd.io/v1alpha1\nkind: Terraform\nmetadata:\n  name: net\n  namespace: demo\nspec:\n  sourceRef:\n    kind: GitRepository\n    url: {}\n    ref:\n      semver: \">=1.0.0 <2.0.0\"\n  approvePlan: auto\n",
+        d.url("infra")
+    );
+    std::fs::write(project.path().join("terraform.yaml"), yaml).unwrap();
+    let terraform = std::env::var_os("TFOPS_TERRAFORM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("terraform"));
+    let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
+        .args(["local", "apply", "-f", "terraform.yaml"])
+        .current_dir(project.path())
+        .env("TFOPS_TERRAFORM", terraform)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tag = git(&d.repo("infra"), &["rev-parse", "v1.2.0^{commit}"]);
+    assert!(
+        stdout.contains(&format!("v1.2.0@sha1:{tag}")),
+        "the revision names the tag and its commit: {stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("plan-v1.2.0-{}", &tag[..10])),
+        "{stdout}"
+    );
+}
