@@ -293,3 +293,74 @@ fn local_mode_reconciles_a_git_repository() {
         "{stdout}"
     );
 }
+
+struct HttpServer {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_server(root: &Path) -> HttpServer {
+    let port_file = root.join("port");
+    let child = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/git_http_server.py"))
+        .arg(root)
+        .args(["alice", "s3cret-token"])
+        .arg(&port_file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if let Ok(p) = std::fs::read_to_string(&port_file)
+            && let Ok(port) = p.trim().parse()
+        {
+            return HttpServer { child, port };
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("the git HTTP server did not start");
+}
+
+#[test]
+fn smart_http_with_basic_auth_accepts_the_right_credentials_only() {
+    let d = daemon();
+    let server = http_server(d.root.path());
+    let url = format!("http://127.0.0.1:{}/infra", server.port);
+    let src = GitSource::new(tempfile::tempdir().unwrap().path());
+    let main = reference(serde_json::json!({"branch": "main"}));
+    let good = GitCredentials {
+        username: Some("alice".into()),
+        password: Some("s3cret-token".into()),
+    };
+    let resolved = src.resolve(&url, &main, &good).unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    src.checkout(&url, &resolved, &good, &dest.path().join("t"))
+        .unwrap();
+    assert!(
+        std::fs::read_to_string(dest.path().join("t/main.tf"))
+            .unwrap()
+            .contains("three")
+    );
+
+    let wrong = GitCredentials {
+        username: Some("alice".into()),
+        password: Some("guess".into()),
+    };
+    let err = src.resolve(&url, &main, &wrong).unwrap_err();
+    assert!(matches!(err, GitError::AccessDenied { .. }), "{err}");
+    assert!(
+        !err.to_string().contains("guess"),
+        "no credential in messages: {err}"
+    );
+    let err = src
+        .resolve(&url, &main, &GitCredentials::default())
+        .unwrap_err();
+    assert!(matches!(err, GitError::AccessDenied { .. }), "{err}");
+}
