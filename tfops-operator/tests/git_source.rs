@@ -308,7 +308,7 @@ impl Drop for HttpServer {
 
 fn http_server(root: &Path) -> HttpServer {
     let port_file = root.join("port");
-    let child = Command::new("python3")
+    let mut child = Command::new("python3")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/git_http_server.py"))
         .arg(root)
         .args(["alice", "s3cret-token"])
@@ -325,6 +325,8 @@ fn http_server(root: &Path) -> HttpServer {
         }
         std::thread::sleep(Duration::from_millis(25));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("the git HTTP server did not start");
 }
 
