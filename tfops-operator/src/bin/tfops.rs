@@ -9,6 +9,7 @@
 //! tfops local replan  NAME
 //! tfops local destroy NAME
 //! tfops local unlock  NAME
+//! tfops source push   DIR oci://REGISTRY/REPOSITORY[:TAG] [--insecure]
 //! tfops runner        (the runner process; see tfops-runner --help)
 //! ```
 
@@ -28,6 +29,8 @@ const USAGE: &str = "usage:
   tfops local replan  NAME
   tfops local destroy NAME
   tfops local unlock  NAME
+  tfops source push   DIR oci://REGISTRY/REPOSITORY[:TAG] [--insecure]
+                      (credentials from TFOPS_REGISTRY_USERNAME and TFOPS_REGISTRY_PASSWORD)
   tfops runner        --grpc-port PORT --tls-dir DIR ...";
 
 fn parse(args: &[String]) -> anyhow::Result<(Options, Vec<String>)> {
@@ -142,11 +145,38 @@ async fn watch(local: &Local) -> anyhow::Result<bool> {
     }
 }
 
+/// Publishes a directory as an OCI artifact tfops can consume.
+async fn source(args: &[String]) -> anyhow::Result<bool> {
+    let insecure = args.iter().any(|a| a == "--insecure");
+    let words: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| *a != "--insecure")
+        .collect();
+    let ["push", dir, target] = words.as_slice() else {
+        bail!("{USAGE}");
+    };
+    let (url, tag) = match target.rfind(':') {
+        Some(i) if i > target.rfind('/').unwrap_or(0) => (&target[..i], &target[i + 1..]),
+        _ => (*target, "latest"),
+    };
+    let creds = tfops_operator::sources::oci::OciCredentials {
+        username: std::env::var("TFOPS_REGISTRY_USERNAME").ok(),
+        password: std::env::var("TFOPS_REGISTRY_PASSWORD").ok(),
+    };
+    let digest = tfops_operator::sources::oci::OciSource::new(insecure)
+        .push(std::path::Path::new(dir), url, tag, None, &creds)
+        .await?;
+    println!("pushed {url}:{tag}@{digest}");
+    Ok(true)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("local") => local(&args[1..]).await,
+        Some("source") => source(&args[1..]).await,
         Some("runner") => match tfops_runner::process::parse_args(&args[1..]) {
             Ok(Some(a)) => tfops_runner::process::run(a)
                 .await

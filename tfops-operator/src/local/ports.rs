@@ -21,6 +21,7 @@ use tfops_core::source::refs::ResolvedRef;
 use super::output::Printer;
 use super::store::{Persisted, StateDir, write_atomic};
 use crate::sources::git::{GitCredentials, GitError, GitSource};
+use crate::sources::oci::{self, OciError, OciSource};
 
 /// Local mode's world: the state directory, the manifests' data, and what is in flight.
 pub struct LocalWorld {
@@ -67,11 +68,6 @@ impl LocalWorld {
     }
 
     fn source_dir(&self, key: &ObjectKey, source: &SourceRef) -> Result<PathBuf, PortError> {
-        if source.kind == SourceKind::OciRepository {
-            return Err(PortError::Invalid(
-                "OCIRepository sources are not supported by local mode yet; use a directory (kind Local) or a GitRepository".into(),
-            ));
-        }
         let raw = source.url.strip_prefix("file://").unwrap_or(&source.url);
         let base = self
             .bases
@@ -104,6 +100,18 @@ fn git_error(e: GitError) -> PortError {
     }
 }
 
+fn oci_error(e: OciError) -> PortError {
+    match e {
+        OciError::AccessDenied { .. } => PortError::AccessDenied(e.to_string()),
+        OciError::NotFound { .. } => PortError::NotFound(e.to_string()),
+        OciError::BadUrl(_)
+        | OciError::NotASource { .. }
+        | OciError::DigestMismatch { .. }
+        | OciError::Extract { .. } => PortError::Invalid(e.to_string()),
+        OciError::Registry { .. } => PortError::Unavailable(e.to_string()),
+    }
+}
+
 fn is_git(source: &SourceRef) -> bool {
     source.kind == SourceKind::GitRepository && !source.url.starts_with("file://")
 }
@@ -118,6 +126,65 @@ impl LocalWorld {
             username: data.and_then(|d| d.get("username").cloned()),
             password: data.and_then(|d| d.get("password").or_else(|| d.get("token")).cloned()),
         }
+    }
+
+    fn oci_credentials(&self, key: &ObjectKey, source: &SourceRef) -> oci::OciCredentials {
+        let data = source
+            .secret_ref
+            .as_ref()
+            .and_then(|r| self.data.get(&(key.namespace.clone(), r.name.clone())));
+        let registry = oci::registry_of(&source.url).unwrap_or_default();
+        data.and_then(|d| d.get(".dockerconfigjson"))
+            .and_then(|j| oci::credentials_from_dockerconfigjson(j, registry))
+            .unwrap_or_default()
+    }
+
+    async fn oci_resolve(
+        &self,
+        object: &ObjectKey,
+        source: &SourceRef,
+    ) -> Result<Revision, PortError> {
+        let client = OciSource::new(source.insecure);
+        let (tag, digest) = client
+            .resolve(
+                &source.url,
+                &source.reference,
+                &self.oci_credentials(object, source),
+            )
+            .await
+            .map_err(oci_error)?;
+        Ok(Revision {
+            reference: tag,
+            digest,
+        })
+    }
+
+    async fn oci_fetch(
+        &self,
+        object: &ObjectKey,
+        source: &SourceRef,
+        revision: &Revision,
+        ignore: Option<&str>,
+    ) -> Result<Artifact, PortError> {
+        let client = OciSource::new(source.insecure);
+        let tree = tempfile::tempdir().map_err(|e| PortError::Unavailable(e.to_string()))?;
+        let dest = tree.path().join("src");
+        client
+            .pull(
+                &source.url,
+                &revision.digest,
+                &self.oci_credentials(object, source),
+                &dest,
+            )
+            .await
+            .map_err(oci_error)?;
+        let mut data = Vec::new();
+        let summary = tfops_core::source::build_archive(&dest, ignore, &mut data)
+            .map_err(|e| PortError::Invalid(format!("archiving {}: {e}", source.url)))?;
+        Ok(Artifact {
+            sha256: summary.sha256,
+            data: Arc::new(data),
+        })
     }
 
     async fn git_resolve(
@@ -186,6 +253,9 @@ impl SourcePort for LocalWorld {
         if is_git(source) {
             return self.git_resolve(object, source).await;
         }
+        if source.kind == SourceKind::OciRepository {
+            return self.oci_resolve(object, source).await;
+        }
         let dir = self.source_dir(object, source)?;
         let mut data = Vec::new();
         let summary = tfops_core::source::build_archive(&dir, None, &mut data)
@@ -213,6 +283,9 @@ impl SourcePort for LocalWorld {
     ) -> Result<Artifact, PortError> {
         if is_git(source) {
             return self.git_fetch(object, source, revision, ignore).await;
+        }
+        if source.kind == SourceKind::OciRepository {
+            return self.oci_fetch(object, source, revision, ignore).await;
         }
         if ignore.is_none()
             && let Some(a) = lock(&self.artifacts).get(revision.sha()).cloned()

@@ -1,4 +1,5 @@
-//! Sources the controller and local mode fetch: Git (git2). Credentials stay here and never
+//! Sources the controller and local mode fetch: Git (git2) and OCI artifacts (oci-client). Credentials stay here and never
 //! reach the runner, which only receives the archive.
 
 pub mod git;
+pub mod oci;

@@ -1,0 +1,291 @@
+//! OCI sources against a real registry (Debian's `docker-registry`, the CNCF distribution
+//! registry) on 127.0.0.1: push, tag and semver resolution, pull and extraction, a tampered
+//! layer, and htpasswd authentication.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tfops_core::api::SourceRevisionRef;
+use tfops_operator::sources::oci::{OciCredentials, OciError, OciSource};
+
+struct Registry {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A registry on a free loopback port; with `auth`, only alice/wonderland may use it.
+fn registry(auth: bool) -> Registry {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut config = format!(
+        "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+        dir.path().join("data").display()
+    );
+    if auth {
+        let out = Command::new("htpasswd")
+            .args(["-Bbn", "alice", "wonderland"])
+            .output()
+            .expect("htpasswd (apache2-utils)");
+        std::fs::write(dir.path().join("htpasswd"), &out.stdout).unwrap();
+        config.push_str(&format!(
+            "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+            dir.path().join("htpasswd").display()
+        ));
+    }
+    std::fs::write(dir.path().join("config.yml"), config).unwrap();
+    let mut child = Command::new("docker-registry")
+        .arg("serve")
+        .arg(dir.path().join("config.yml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("docker-registry (Debian package docker-registry)");
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Registry { child, port, dir };
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the registry did not start");
+}
+
+fn tree(content: &str) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("main.tf"), content).unwrap();
+    t
+}
+
+fn reference(j: serde_json::Value) -> SourceRevisionRef {
+    serde_json::from_value(j).unwrap()
+}
+
+fn read(dest: &Path) -> String {
+    std::fs::read_to_string(dest.join("main.tf")).unwrap()
+}
+
+#[tokio::test]
+async fn push_resolve_pull_by_tag_and_semver() {
+    let r = registry(false);
+    let url = format!("oci://127.0.0.1:{}/platform/network", r.port);
+    let oci = OciSource::new(true);
+    let none = OciCredentials::default();
+    let mut digests = Vec::new();
+    for (tag, body) in [
+        ("v1.0.0", "one"),
+        ("v1.2.0", "two"),
+        ("v2.0.0", "three"),
+        ("latest", "three"),
+    ] {
+        digests.push(
+            oci.push(tree(body).path(), &url, tag, None, &none)
+                .await
+                .unwrap(),
+        );
+    }
+    let (name, digest) = oci
+        .resolve(
+            &url,
+            &reference(serde_json::json!({"tag": "v1.0.0"})),
+            &none,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (name.as_str(), digest.as_str()),
+        ("v1.0.0", digests[0].as_str())
+    );
+    let (name, digest) = oci
+        .resolve(
+            &url,
+            &reference(serde_json::json!({"semver": ">=1.0.0 <2.0.0"})),
+            &none,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (name.as_str(), digest.as_str()),
+        ("v1.2.0", digests[1].as_str())
+    );
+    let (name, _) = oci
+        .resolve(&url, &reference(serde_json::json!({})), &none)
+        .await
+        .unwrap();
+    assert_eq!(name, "latest");
+    let dest = tempfile::tempdir().unwrap();
+    oci.pull(&url, &digest, &none, &dest.path().join("x"))
+        .await
+        .unwrap();
+    assert_eq!(read(&dest.path().join("x")), "two");
+    // A digest reference is used as is.
+    let (_, same) = oci
+        .resolve(
+            &url,
+            &reference(serde_json::json!({"digest": digests[2]})),
+            &none,
+        )
+        .await
+        .unwrap();
+    assert_eq!(same, digests[2]);
+
+    let err = oci
+        .resolve(&url, &reference(serde_json::json!({"tag": "v9"})), &none)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, OciError::NotFound { .. }), "{err}");
+    let err = oci
+        .resolve(
+            &url,
+            &reference(serde_json::json!({"semver": ">=5"})),
+            &none,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no tag matches"), "{err}");
+}
+
+#[tokio::test]
+async fn a_tampered_layer_is_refused_and_nothing_is_extracted() {
+    let r = registry(false);
+    let url = format!("oci://127.0.0.1:{}/platform/network", r.port);
+    let oci = OciSource::new(true);
+    let none = OciCredentials::default();
+    let digest = oci
+        .push(tree("genuine").path(), &url, "v1", None, &none)
+        .await
+        .unwrap();
+    // Rewrite every blob that holds the archive (the layer) behind the registry's back.
+    let blobs = r.dir.path().join("data/docker/registry/v2/blobs/sha256");
+    let mut tampered = 0;
+    for prefix in std::fs::read_dir(&blobs).unwrap() {
+        for blob in std::fs::read_dir(prefix.unwrap().path()).unwrap() {
+            let data = blob.unwrap().path().join("data");
+            let bytes = std::fs::read(&data).unwrap();
+            if bytes.starts_with(&[0x1f, 0x8b]) {
+                let mut evil = tfops_core_archive(tree("evil").path());
+                evil.truncate(bytes.len().min(evil.len()));
+                std::fs::write(&data, evil).unwrap();
+                tampered += 1;
+            }
+        }
+    }
+    assert_eq!(tampered, 1);
+    let dest = tempfile::tempdir().unwrap();
+    let err = oci
+        .pull(&url, &digest, &none, &dest.path().join("x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, OciError::DigestMismatch { .. }), "{err}");
+    assert!(!dest.path().join("x").exists(), "nothing extracted");
+}
+
+fn tfops_core_archive(dir: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    tfops_core::source::build_archive(dir, None, &mut out).unwrap();
+    out
+}
+
+#[tokio::test]
+async fn htpasswd_authentication_is_required_and_honoured() {
+    let r = registry(true);
+    let url = format!("oci://127.0.0.1:{}/platform/network", r.port);
+    let oci = OciSource::new(true);
+    let alice = OciCredentials {
+        username: Some("alice".into()),
+        password: Some("wonderland".into()),
+    };
+    oci.push(tree("secret infra").path(), &url, "v1", None, &alice)
+        .await
+        .unwrap();
+    let (_, digest) = oci
+        .resolve(&url, &reference(serde_json::json!({"tag": "v1"})), &alice)
+        .await
+        .unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    oci.pull(&url, &digest, &alice, &dest.path().join("x"))
+        .await
+        .unwrap();
+    assert_eq!(read(&dest.path().join("x")), "secret infra");
+
+    let anonymous = OciSource::new(true);
+    let err = anonymous
+        .resolve(
+            &url,
+            &reference(serde_json::json!({"tag": "v1"})),
+            &OciCredentials::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, OciError::AccessDenied { .. }), "{err}");
+    let wrong = OciCredentials {
+        username: Some("alice".into()),
+        password: Some("guess".into()),
+    };
+    let err = OciSource::new(true)
+        .resolve(&url, &reference(serde_json::json!({"tag": "v1"})), &wrong)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, OciError::AccessDenied { .. }), "{err}");
+    assert!(!err.to_string().contains("guess"));
+}
+
+#[test]
+fn tfops_source_push_then_local_mode_on_an_oci_repository() {
+    let r = registry(false);
+    let infra = tree(
+        "resource \"terraform_data\" \"a\" {\n  input = \"from-oci\"\n}\noutput \"a\" {\n  value = terraform_data.a.output\n}\n",
+    );
+    let target = format!("oci://127.0.0.1:{}/platform/network:v1.0.0", r.port);
+    let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
+        .args(["source", "push"])
+        .arg(infra.path())
+        .args([&target, "--insecure"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("@sha256:"));
+
+    let project = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "apiVersion: infra.argocd.io/v1alpha1\nkind: Terraform\nmetadata:\n  name: net\n  namespace: demo\nspec:\n  sourceRef:\n    kind: OCIRepository\n    url: oci://127.0.0.1:{}/platform/network\n    insecure: true\n    ref:\n      semver: \">=1.0.0\"\n  approvePlan: auto\n",
+        r.port
+    );
+    std::fs::write(project.path().join("terraform.yaml"), yaml).unwrap();
+    let terraform = std::env::var_os("TFOPS_TERRAFORM")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "terraform".into());
+    let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
+        .args(["local", "apply", "-f", "terraform.yaml"])
+        .current_dir(project.path())
+        .env("TFOPS_TERRAFORM", terraform)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(r#"a="from-oci""#), "{stdout}");
+    assert!(stdout.contains("v1.0.0@sha256:"), "{stdout}");
+}
