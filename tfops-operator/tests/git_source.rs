@@ -366,3 +366,46 @@ fn smart_http_with_basic_auth_accepts_the_right_credentials_only() {
         .unwrap_err();
     assert!(matches!(err, GitError::AccessDenied { .. }), "{err}");
 }
+
+#[test]
+fn the_cache_stays_within_its_limit_least_recently_used_first() {
+    let d = daemon();
+    for name in ["infra2", "infra3"] {
+        let copy = d.repo(name);
+        std::fs::create_dir(&copy).unwrap();
+        git(&copy, &["init", "-q"]);
+        commit(&copy, "main.tf", &format!("# {name}\n"));
+    }
+    let cache = tempfile::tempdir().unwrap();
+    // Room for about two small repositories.
+    let one = {
+        let probe = GitSource::new(&cache.path().join("probe"));
+        tree_of(&probe, &d.url("infra"), &reference(serde_json::json!({})));
+        dir_size(&cache.path().join("probe"))
+    };
+    let src = GitSource::with_limit(&cache.path().join("c"), one * 2 + one / 2);
+    for name in ["infra", "infra2", "infra3"] {
+        tree_of(&src, &d.url(name), &reference(serde_json::json!({})));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let repos = std::fs::read_dir(cache.path().join("c")).unwrap().count();
+    assert_eq!(repos, 2, "the least recently used repository was evicted");
+    assert!(dir_size(&cache.path().join("c")) <= one * 2 + one / 2);
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| {
+                    if e.path().is_dir() {
+                        dir_size(&e.path())
+                    } else {
+                        e.metadata().map(|m| m.len()).unwrap_or(0)
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}

@@ -121,18 +121,83 @@ fn callbacks(creds: &GitCredentials) -> git2::RemoteCallbacks<'_> {
     cb
 }
 
-/// Git fetching with a cache of bare repositories under `cache_root`, one per URL.
+/// Git fetching with a cache of bare repositories under `cache_root`, one per URL, bounded
+/// in size: past the limit, the least recently used repositories are removed.
 pub struct GitSource {
     cache_root: PathBuf,
+    limit: u64,
     locks: Mutex<BTreeMap<String, Arc<Mutex<()>>>>,
+}
+
+/// The default cache size limit: 2 GiB.
+pub const DEFAULT_CACHE_LIMIT: u64 = 2 << 30;
+
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 impl GitSource {
     /// A source caching under `cache_root`.
     pub fn new(cache_root: &Path) -> Self {
+        Self::with_limit(cache_root, DEFAULT_CACHE_LIMIT)
+    }
+
+    /// A source whose cache holds at most about `limit` bytes (the repository in use is
+    /// always kept).
+    pub fn with_limit(cache_root: &Path, limit: u64) -> Self {
         Self {
             cache_root: cache_root.to_path_buf(),
+            limit,
             locks: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Removes least recently used repositories until the cache fits its limit, never `keep`
+    /// nor one in use by another fetch.
+    fn evict(&self, keep: &Path) {
+        let Ok(entries) = std::fs::read_dir(&self.cache_root) else {
+            return;
+        };
+        let mut repos: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| {
+                let used = std::fs::metadata(e.path().join(".last-used"))
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                (used, dir_size(&e.path()), e.path())
+            })
+            .collect();
+        let mut total: u64 = repos.iter().map(|r| r.1).sum();
+        repos.sort();
+        let busy: Vec<PathBuf> = {
+            let locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            locks
+                .iter()
+                .filter(|(_, l)| l.try_lock().is_err())
+                .map(|(url, _)| self.repo_dir(url))
+                .collect()
+        };
+        for (_, size, path) in repos {
+            if total <= self.limit {
+                break;
+            }
+            if path == keep || busy.contains(&path) {
+                continue;
+            }
+            if std::fs::remove_dir_all(&path).is_ok() {
+                total = total.saturating_sub(size);
+            }
         }
     }
 
@@ -244,6 +309,9 @@ impl GitSource {
         checkout.target_dir(dest).force().recreate_missing(true);
         repo.checkout_tree(tree.as_object(), Some(&mut checkout))
             .map_err(|e| GitError::Local(e.to_string()))?;
+        let _ = std::fs::write(dir.join(".last-used"), b"");
+        drop(_guard);
+        self.evict(&dir);
         Ok(commit.to_string())
     }
 }
