@@ -311,6 +311,24 @@ pub trait PlanStore: Send + Sync {
     async fn delete(&self, object: &ObjectKey, workspace: &str) -> Result<(), PortError>;
 }
 
+/// The outputs `target` selects, under their Secret keys (`tf_name:key` renames; no selection
+/// means every output under its own name).
+pub fn select_outputs(
+    target: &WriteOutputsToSecret,
+    outputs: &BTreeMap<String, OutputValue>,
+) -> BTreeMap<String, serde_json::Value> {
+    match target.selection() {
+        None => outputs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.value.clone()))
+            .collect(),
+        Some(pairs) => pairs
+            .into_iter()
+            .filter_map(|(tf, key)| outputs.get(&tf).map(|v| (key, v.value.clone())))
+            .collect(),
+    }
+}
+
 /// Writes outputs (`spec.writeOutputsToSecret`).
 #[async_trait]
 pub trait OutputsSink: Send + Sync {

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::flow::{End, Flow, Run, Stop, go};
+use super::flow::{End, Run, go};
 use super::model::{Decision, Snapshot, Step, StepKind};
 use super::timing::{backoff, elapsed};
 use crate::api::validate;
@@ -82,19 +82,7 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
         );
         go!(run, run.resolve());
         go!(run, run.prepare());
-        match run.need(Step::Destroy) {
-            Flow::Go(_) => {}
-            Flow::Stop(Stop::End(End::Failed(f))) => {
-                run.set(
-                    ConditionType::Apply,
-                    ConditionStatus::False,
-                    f.reason,
-                    f.message.clone(),
-                );
-                return run.end(End::Failed(f));
-            }
-            Flow::Stop(stop) => return run.finish(stop),
-        }
+        go!(run, run.need_phase(Step::Destroy, ConditionType::Apply));
         run.lock_released();
         run.st.inventory.clear();
         run.st.available_outputs.clear();

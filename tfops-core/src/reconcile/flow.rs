@@ -128,6 +128,22 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// Like [`Run::need`], and a failure also marks the phase's condition `False` with the
+    /// failure's reason and message.
+    pub fn need_phase(
+        &mut self,
+        step: Step,
+        phase: ConditionType,
+    ) -> Flow<(&'a Outcome, jiff::Timestamp)> {
+        match self.need(step) {
+            Flow::Stop(Stop::End(End::Failed(f))) => {
+                self.set(phase, ConditionStatus::False, f.reason, f.message.clone());
+                Flow::Stop(Stop::End(End::Failed(f)))
+            }
+            other => other,
+        }
+    }
+
     /// The source revision: what every run that executes Terraform needs first.
     pub fn resolve(&mut self) -> Flow<Revision> {
         let revision = match self.need(Step::ResolveSource) {

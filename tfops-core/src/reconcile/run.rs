@@ -266,17 +266,8 @@ fn plan_and_apply(
         plan_id: plan_id.clone(),
         drift,
     };
-    let (outcome, at) = match run.need(step) {
+    let (outcome, at) = match run.need_phase(step, ConditionType::Plan) {
         Flow::Go(v) => v,
-        Flow::Stop(Stop::End(End::Failed(f))) => {
-            run.set(
-                ConditionType::Plan,
-                ConditionStatus::False,
-                f.reason,
-                f.message.clone(),
-            );
-            return Flow::Stop(Stop::End(End::Failed(f)));
-        }
         Flow::Stop(s) => return Flow::Stop(s),
     };
     let Outcome::Planned {
@@ -352,17 +343,8 @@ fn plan_and_apply(
                 return Flow::Stop(Stop::End(End::Success));
             }
         }
-        match run.need(Step::Apply) {
+        match run.need_phase(Step::Apply, ConditionType::Apply) {
             Flow::Go(_) => {}
-            Flow::Stop(Stop::End(End::Failed(f))) => {
-                run.set(
-                    ConditionType::Apply,
-                    ConditionStatus::False,
-                    f.reason,
-                    f.message.clone(),
-                );
-                return Flow::Stop(Stop::End(End::Failed(f)));
-            }
             Flow::Stop(s) => return Flow::Stop(s),
         }
         applied = true;
@@ -411,7 +393,7 @@ fn plan_and_apply(
 
 /// Outputs (and the outputs Secret), inventory, then health checks.
 fn outputs_and_health(run: &mut Run<'_>) -> Flow<()> {
-    match run.need(Step::Outputs) {
+    match run.need_phase(Step::Outputs, ConditionType::Output) {
         Flow::Go((
             Outcome::OutputsRead {
                 names,
@@ -434,22 +416,13 @@ fn outputs_and_health(run: &mut Run<'_>) -> Flow<()> {
             );
         }
         Flow::Go(_) => {}
-        Flow::Stop(Stop::End(End::Failed(f))) => {
-            run.set(
-                ConditionType::Output,
-                ConditionStatus::False,
-                f.reason,
-                f.message.clone(),
-            );
-            return Flow::Stop(Stop::End(End::Failed(f)));
-        }
         Flow::Stop(s) => return Flow::Stop(s),
     }
     if run.s.object.spec.health_checks.is_empty() {
         run.remove(ConditionType::HealthCheck);
         return Flow::Go(());
     }
-    match run.need(Step::HealthChecks) {
+    match run.need_phase(Step::HealthChecks, ConditionType::HealthCheck) {
         Flow::Go(_) => {
             let n = run.s.object.spec.health_checks.len();
             run.set(
@@ -459,15 +432,6 @@ fn outputs_and_health(run: &mut Run<'_>) -> Flow<()> {
                 format!("{n} health checks passed"),
             );
             Flow::Go(())
-        }
-        Flow::Stop(Stop::End(End::Failed(f))) => {
-            run.set(
-                ConditionType::HealthCheck,
-                ConditionStatus::False,
-                f.reason,
-                f.message.clone(),
-            );
-            Flow::Stop(Stop::End(End::Failed(f)))
         }
         Flow::Stop(s) => Flow::Stop(s),
     }

@@ -129,16 +129,7 @@ impl OutputsSink for FakeWorld {
         outputs: &BTreeMap<String, OutputValue>,
     ) -> Result<(), PortError> {
         self.check(FakeOp::WriteOutputs)?;
-        let selected: BTreeMap<String, serde_json::Value> = match target.selection() {
-            None => outputs
-                .iter()
-                .map(|(k, v)| (k.clone(), v.value.clone()))
-                .collect(),
-            Some(pairs) => pairs
-                .into_iter()
-                .filter_map(|(tf, key)| outputs.get(&tf).map(|v| (key, v.value.clone())))
-                .collect(),
-        };
+        let selected = crate::ports::select_outputs(target, outputs);
         self.lock()
             .output_secrets
             .insert((object.namespace.clone(), target.name.clone()), selected);

@@ -379,16 +379,7 @@ impl OutputsSink for LocalWorld {
         target: &WriteOutputsToSecret,
         outputs: &BTreeMap<String, OutputValue>,
     ) -> Result<(), PortError> {
-        let selected: BTreeMap<String, serde_json::Value> = match target.selection() {
-            None => outputs
-                .iter()
-                .map(|(k, v)| (k.clone(), v.value.clone()))
-                .collect(),
-            Some(pairs) => pairs
-                .into_iter()
-                .filter_map(|(tf, key)| outputs.get(&tf).map(|v| (key, v.value.clone())))
-                .collect(),
-        };
+        let selected = tfops_core::ports::select_outputs(target, outputs);
         let doc = serde_json::json!({"name": target.name, "labels": target.labels, "annotations": target.annotations, "data": selected});
         let bytes =
             serde_json::to_vec_pretty(&doc).map_err(|e| PortError::Invalid(e.to_string()))?;
