@@ -19,7 +19,7 @@ use tfops_core::ports::{
 use tfops_core::source::refs::ResolvedRef;
 
 use super::output::Printer;
-use super::store::{Persisted, StateDir, write_atomic};
+use super::store::{Persisted, StateDir, remove, write_atomic};
 use crate::sources::git::{GitCredentials, GitError, GitSource};
 use crate::sources::oci::{self, OciError, OciSource};
 
@@ -327,9 +327,7 @@ impl InputsPort for LocalWorld {
 impl PlanStore for LocalWorld {
     async fn save(&self, object: &ObjectKey, _: &str, plan: &StoredPlan) -> Result<(), PortError> {
         let dir = self.dir.plan_dir(object);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| PortError::Unavailable(e.to_string()))?;
-        }
+        remove(&dir).map_err(store_err)?;
         let config = tfops_core::plan::CodecConfig::default();
         let (index, chunks) = tfops_core::plan::encode_reader(
             &plan.binary[..],
@@ -362,12 +360,7 @@ impl PlanStore for LocalWorld {
     }
 
     async fn delete(&self, object: &ObjectKey, _: &str) -> Result<(), PortError> {
-        let dir = self.dir.plan_dir(object);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(PortError::Unavailable(e.to_string())),
-        }
+        remove(&self.dir.plan_dir(object)).map_err(store_err)
     }
 }
 
@@ -387,11 +380,7 @@ impl OutputsSink for LocalWorld {
     }
 
     async fn delete(&self, object: &ObjectKey, _: &str) -> Result<(), PortError> {
-        match std::fs::remove_file(self.dir.outputs_file(object)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(PortError::Unavailable(e.to_string())),
-        }
+        remove(&self.dir.outputs_file(object)).map_err(store_err)
     }
 }
 
@@ -400,11 +389,7 @@ impl StateAdmin for LocalWorld {
     async fn delete_state(&self, object: &ObjectKey, _: &str, _: &str) -> Result<(), PortError> {
         let state = self.dir.state_file(object);
         for path in [state.clone(), state.with_extension("tfstate.backup")] {
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(PortError::Unavailable(e.to_string())),
-            }
+            remove(&path).map_err(store_err)?;
         }
         Ok(())
     }

@@ -101,6 +101,22 @@ pub fn write_atomic(path: &Path, content: &[u8], private: bool) -> Result<(), St
     Ok(())
 }
 
+/// Removes a file or a directory tree; nothing there is fine.
+///
+/// # Errors
+/// [`StoreError::Io`] for any other failure.
+pub fn remove(path: &Path) -> Result<(), StoreError> {
+    let result = if path.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+    match result {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("removing", path)(e)),
+        _ => Ok(()),
+    }
+}
+
 impl StateDir {
     /// Opens (creating) the directory and checks it is writable.
     ///
@@ -182,16 +198,12 @@ impl StateDir {
     /// [`StoreError::Io`].
     pub fn forget(&self, key: &ObjectKey) -> Result<(), StoreError> {
         let dir = self.object_dir(key);
-        for name in ["object.json", "outputs.json"] {
-            match std::fs::remove_file(dir.join(name)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io("removing", &dir.join(name))(e)),
-            }
-        }
-        let plan = self.plan_dir(key);
-        if plan.exists() {
-            std::fs::remove_dir_all(&plan).map_err(io("removing", &plan))?;
+        for path in [
+            dir.join("object.json"),
+            dir.join("outputs.json"),
+            self.plan_dir(key),
+        ] {
+            remove(&path)?;
         }
         Ok(())
     }
