@@ -340,6 +340,7 @@ fn smart_http_with_basic_auth_accepts_the_right_credentials_only() {
     let good = GitCredentials {
         username: Some("alice".into()),
         password: Some("s3cret-token".into()),
+        ..GitCredentials::default()
     };
     let resolved = src.resolve(&url, &main, &good).unwrap();
     let dest = tempfile::tempdir().unwrap();
@@ -354,6 +355,7 @@ fn smart_http_with_basic_auth_accepts_the_right_credentials_only() {
     let wrong = GitCredentials {
         username: Some("alice".into()),
         password: Some("guess".into()),
+        ..GitCredentials::default()
     };
     let err = src.resolve(&url, &main, &wrong).unwrap_err();
     assert!(matches!(err, GitError::AccessDenied { .. }), "{err}");
@@ -408,4 +410,168 @@ fn dir_size(dir: &Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+struct Sshd {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn keygen(path: &Path, passphrase: &str) {
+    let out = Command::new("ssh-keygen")
+        .args([
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            passphrase,
+            "-C",
+            "tfops-test",
+            "-f",
+        ])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Debian's sshd on a loopback port with its own host key, accepting the keys of
+/// `dir/client` and `dir/client-pass` (passphrase `open sesame`).
+fn sshd() -> Sshd {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    keygen(&d.join("host"), "");
+    keygen(&d.join("client"), "");
+    keygen(&d.join("client-pass"), "open sesame");
+    keygen(&d.join("other-host"), "");
+    let authorized = [
+        std::fs::read_to_string(d.join("client.pub")).unwrap(),
+        std::fs::read_to_string(d.join("client-pass.pub")).unwrap(),
+    ]
+    .concat();
+    std::fs::write(d.join("authorized_keys"), authorized).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
+    std::fs::write(
+        d.join("sshd_config"),
+        format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {host}\nPidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nAllowUsers {user}\n",
+            host = d.join("host").display(),
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all("/run/sshd").unwrap();
+    let mut child = Command::new("/usr/sbin/sshd")
+        .args(["-D", "-e", "-f"])
+        .arg(d.join("sshd_config"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("sshd (Debian package openssh-server)");
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Sshd { child, port, dir };
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("sshd did not start");
+}
+
+impl Sshd {
+    fn known_hosts(&self, key: &str) -> String {
+        format!(
+            "[127.0.0.1]:{} {}",
+            self.port,
+            std::fs::read_to_string(self.dir.path().join(format!("{key}.pub"))).unwrap()
+        )
+    }
+    fn creds(&self, key: &str, passphrase: Option<&str>, known: &str) -> GitCredentials {
+        GitCredentials {
+            username: Some(std::env::var("USER").unwrap_or_else(|_| "root".into())),
+            ssh_private_key: Some(std::fs::read_to_string(self.dir.path().join(key)).unwrap()),
+            ssh_passphrase: passphrase.map(str::to_string),
+            known_hosts: Some(known.to_string()),
+            ..GitCredentials::default()
+        }
+    }
+}
+
+#[test]
+fn ssh_with_a_key_and_known_hosts_and_what_is_refused() {
+    let d = daemon();
+    let s = sshd();
+    let url = format!("ssh://127.0.0.1:{}{}", s.port, d.repo("infra").display());
+    let src = GitSource::new(tempfile::tempdir().unwrap().path());
+    let main = reference(serde_json::json!({"branch": "main"}));
+    let known = s.known_hosts("host");
+
+    let good = s.creds("client", None, &known);
+    let resolved = src.resolve(&url, &main, &good).unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    src.checkout(&url, &resolved, &good, &dest.path().join("t"))
+        .unwrap();
+    assert!(
+        std::fs::read_to_string(dest.path().join("t/main.tf"))
+            .unwrap()
+            .contains("three")
+    );
+
+    let with_passphrase = s.creds("client-pass", Some("open sesame"), &known);
+    assert_eq!(
+        src.resolve(&url, &main, &with_passphrase).unwrap().sha,
+        resolved.sha
+    );
+
+    // A key the server does not know.
+    let stranger = tempfile::tempdir().unwrap();
+    keygen(&stranger.path().join("k"), "");
+    let wrong = GitCredentials {
+        ssh_private_key: Some(std::fs::read_to_string(stranger.path().join("k")).unwrap()),
+        ..good.clone()
+    };
+    let err = src.resolve(&url, &main, &wrong).unwrap_err();
+    assert!(matches!(err, GitError::AccessDenied { .. }), "{err}");
+
+    // The server presents another host key than known_hosts names.
+    let mismatch = s.creds("client", None, &s.known_hosts("other-host"));
+    let err = src.resolve(&url, &main, &mismatch).unwrap_err();
+    assert!(
+        matches!(err, GitError::HostKey { .. }) && err.to_string().contains("mismatch"),
+        "{err}"
+    );
+
+    // Unknown host: refused unless explicitly allowed.
+    let unknown = s.creds("client", None, "");
+    let err = src.resolve(&url, &main, &unknown).unwrap_err();
+    assert!(
+        matches!(err, GitError::HostKey { .. }) && err.to_string().contains("unknown"),
+        "{err}"
+    );
+    let allowed = GitCredentials {
+        allow_unknown_host_key: true,
+        ..unknown
+    };
+    assert_eq!(
+        src.resolve(&url, &main, &allowed).unwrap().sha,
+        resolved.sha
+    );
 }

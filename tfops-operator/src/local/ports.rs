@@ -96,7 +96,9 @@ fn git_error(e: GitError) -> PortError {
     match e {
         GitError::AccessDenied { .. } => PortError::AccessDenied(e.to_string()),
         GitError::Ref { .. } | GitError::NoSuchCommit { .. } => PortError::NotFound(e.to_string()),
-        GitError::Unreachable { .. } | GitError::Local(_) => PortError::Unavailable(e.to_string()),
+        GitError::Unreachable { .. } | GitError::HostKey { .. } | GitError::Local(_) => {
+            PortError::Unavailable(e.to_string())
+        }
     }
 }
 
@@ -122,9 +124,15 @@ impl LocalWorld {
             .secret_ref
             .as_ref()
             .and_then(|r| self.data.get(&(key.namespace.clone(), r.name.clone())));
+        let get = |k: &str| data.and_then(|d| d.get(k).cloned());
         GitCredentials {
-            username: data.and_then(|d| d.get("username").cloned()),
-            password: data.and_then(|d| d.get("password").or_else(|| d.get("token")).cloned()),
+            username: get("username"),
+            password: get("password").or_else(|| get("token")),
+            // Argo CD's key name, then Flux's.
+            ssh_private_key: get("sshPrivateKey").or_else(|| get("identity")),
+            ssh_passphrase: get("passphrase"),
+            known_hosts: get("known_hosts"),
+            allow_unknown_host_key: get("allowUnknownHostKey").is_some_and(|v| v == "true"),
         }
     }
 

@@ -10,21 +10,89 @@ use sha2::{Digest, Sha256};
 use tfops_core::api::SourceRevisionRef;
 use tfops_core::source::refs::{self, RefError, RemoteRef, ResolvedRef};
 
-/// Credentials for a Git remote over HTTP(S): a username and password or token.
+/// Credentials for a Git remote: a username and password or token (HTTP), or a private key
+/// checked against `known_hosts` (SSH).
 #[derive(Clone, Default)]
 pub struct GitCredentials {
     /// The username (`git` or anything for a token).
     pub username: Option<String>,
     /// The password or token.
     pub password: Option<String>,
+    /// An SSH private key (OpenSSH PEM).
+    pub ssh_private_key: Option<String>,
+    /// Its passphrase.
+    pub ssh_passphrase: Option<String>,
+    /// `known_hosts` lines the server's host key must match.
+    pub known_hosts: Option<String>,
+    /// Accept a server whose host is not in `known_hosts` at all (a mismatch is never accepted).
+    pub allow_unknown_host_key: bool,
 }
 
 impl std::fmt::Debug for GitCredentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secret = |v: &Option<String>| v.as_ref().map(|_| "<redacted>");
         f.debug_struct("GitCredentials")
             .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("password", &secret(&self.password))
+            .field("ssh_private_key", &secret(&self.ssh_private_key))
+            .field("ssh_passphrase", &secret(&self.ssh_passphrase))
+            .field("allow_unknown_host_key", &self.allow_unknown_host_key)
             .finish()
+    }
+}
+
+/// How a server's SSH host key compares with `known_hosts`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostKeyCheck {
+    /// An entry for the host has this key.
+    Known,
+    /// Entries for the host exist, none with this key.
+    Mismatch,
+    /// No entry names the host.
+    Unknown,
+}
+
+/// Checks `key` (type name like `ssh-ed25519`, raw key blob) of `host` (and `port`) against
+/// plain (unhashed) `known_hosts` lines.
+pub fn check_host_key(
+    known_hosts: &str,
+    host: &str,
+    port: u16,
+    key_type: &str,
+    key: &[u8],
+) -> HostKeyCheck {
+    use base64::Engine;
+    let names = [host.to_string(), format!("[{host}]:{port}")];
+    let mut seen = false;
+    for line in known_hosts
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let mut fields = line.split_whitespace();
+        let (Some(hosts), Some(kind), Some(blob)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if !hosts
+            .split(',')
+            .any(|h| names.iter().any(|n| n == h) || (port == 22 && h == host))
+        {
+            continue;
+        }
+        seen = true;
+        let matches = kind == key_type
+            && base64::engine::general_purpose::STANDARD
+                .decode(blob)
+                .is_ok_and(|b| b == key);
+        if matches {
+            return HostKeyCheck::Known;
+        }
+    }
+    if seen {
+        HostKeyCheck::Mismatch
+    } else {
+        HostKeyCheck::Unknown
     }
 }
 
@@ -37,6 +105,14 @@ pub enum GitError {
         /// The URL, without credentials.
         url: String,
         /// libgit2's message.
+        message: String,
+    },
+    /// The SSH server's host key is not the one `known_hosts` names (or is unknown).
+    #[error("{url}: {message}")]
+    HostKey {
+        /// The URL, without credentials.
+        url: String,
+        /// What did not match.
         message: String,
     },
     /// The remote could not be reached or talked to.
@@ -81,9 +157,12 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-fn classify(url: &str, e: &git2::Error) -> GitError {
+fn classify(url: &str, e: &git2::Error, verdict: &HostKeyVerdict) -> GitError {
     let url = redact(url);
     let message = e.message().to_string();
+    if let Some(message) = verdict.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        return GitError::HostKey { url, message };
+    }
     let denied = e.code() == git2::ErrorCode::Auth
         || message.contains("401")
         || message.contains("403")
@@ -95,15 +174,51 @@ fn classify(url: &str, e: &git2::Error) -> GitError {
     }
 }
 
-fn callbacks(creds: &GitCredentials) -> git2::RemoteCallbacks<'_> {
+fn port_of(url: &str) -> u16 {
+    url.split_once("://")
+        .and_then(|(_, rest)| rest.split('/').next())
+        .and_then(|authority| {
+            authority
+                .rsplit_once('@')
+                .map_or(Some(authority), |(_, h)| Some(h))
+        })
+        .and_then(|hostport| hostport.rsplit_once(':'))
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or(22)
+}
+
+/// Why the host-key check refused a server, kept because libgit2 replaces the callback's
+/// error with a generic one.
+type HostKeyVerdict = Mutex<Option<String>>;
+
+fn callbacks<'a>(
+    creds: &'a GitCredentials,
+    url: &str,
+    verdict: &'a HostKeyVerdict,
+) -> git2::RemoteCallbacks<'a> {
     let mut cb = git2::RemoteCallbacks::new();
     let mut tried = false;
     cb.credentials(move |_url, username, allowed| {
+        // SSH without a user in the URL: libgit2 first asks only for the user name.
+        if allowed == git2::CredentialType::USERNAME {
+            return git2::Cred::username(creds.username.as_deref().unwrap_or("git"));
+        }
         // Offer the credentials once; libgit2 asks again when they are refused.
         if tried {
             return Err(git2::Error::from_str("authentication refused"));
         }
         tried = true;
+        if allowed.contains(git2::CredentialType::SSH_KEY)
+            && let Some(key) = &creds.ssh_private_key
+        {
+            let user = creds.username.as_deref().or(username).unwrap_or("git");
+            return git2::Cred::ssh_key_from_memory(
+                user,
+                None,
+                key,
+                creds.ssh_passphrase.as_deref(),
+            );
+        }
         match (&creds.username, &creds.password) {
             (user, Some(password))
                 if allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) =>
@@ -117,6 +232,32 @@ fn callbacks(creds: &GitCredentials) -> git2::RemoteCallbacks<'_> {
                 "authentication required but no credentials were given",
             )),
         }
+    });
+    let port = port_of(url);
+    cb.certificate_check(move |cert, host| {
+        let Some(hostkey) = cert.as_hostkey() else {
+            // TLS certificates: libgit2 verifies them against the system's roots.
+            return Ok(git2::CertificateCheckStatus::CertificatePassthrough);
+        };
+        let (Some(key), Some(kind)) = (hostkey.hostkey(), hostkey.hostkey_type()) else {
+            return Err(git2::Error::from_str("host key of an unknown type"));
+        };
+        let known = creds.known_hosts.as_deref().unwrap_or("");
+        let refusal = match check_host_key(known, host, port, kind.name(), key) {
+            HostKeyCheck::Known => return Ok(git2::CertificateCheckStatus::CertificateOk),
+            HostKeyCheck::Unknown if creds.allow_unknown_host_key => {
+                return Ok(git2::CertificateCheckStatus::CertificateOk);
+            }
+            HostKeyCheck::Unknown => format!(
+                "host key of {host} is unknown: add it to known_hosts (or allow unknown host keys explicitly)"
+            ),
+            HostKeyCheck::Mismatch => format!(
+                "host key mismatch for {host}: the server's {} key is not the one known_hosts names",
+                kind.name()
+            ),
+        };
+        *verdict.lock().unwrap_or_else(|e| e.into_inner()) = Some(refusal.clone());
+        Err(git2::Error::from_str(&refusal))
     });
     cb
 }
@@ -206,11 +347,17 @@ impl GitSource {
     /// # Errors
     /// [`GitError::AccessDenied`] or [`GitError::Unreachable`].
     pub fn list(&self, url: &str, creds: &GitCredentials) -> Result<Vec<RemoteRef>, GitError> {
-        let mut remote = git2::Remote::create_detached(url).map_err(|e| classify(url, &e))?;
+        let verdict = HostKeyVerdict::default();
+        let mut remote =
+            git2::Remote::create_detached(url).map_err(|e| classify(url, &e, &verdict))?;
         let connection = remote
-            .connect_auth(git2::Direction::Fetch, Some(callbacks(creds)), None)
-            .map_err(|e| classify(url, &e))?;
-        let list = connection.list().map_err(|e| classify(url, &e))?;
+            .connect_auth(
+                git2::Direction::Fetch,
+                Some(callbacks(creds, url, &verdict)),
+                None,
+            )
+            .map_err(|e| classify(url, &e, &verdict))?;
+        let list = connection.list().map_err(|e| classify(url, &e, &verdict))?;
         Ok(list
             .iter()
             .map(|h| RemoteRef {
@@ -279,9 +426,12 @@ impl GitSource {
         let commit = match have(&repo) {
             Some(id) => id,
             None => {
-                let mut remote = repo.remote_anonymous(url).map_err(|e| classify(url, &e))?;
+                let verdict = HostKeyVerdict::default();
+                let mut remote = repo
+                    .remote_anonymous(url)
+                    .map_err(|e| classify(url, &e, &verdict))?;
                 let mut options = git2::FetchOptions::new();
-                options.remote_callbacks(callbacks(creds));
+                options.remote_callbacks(callbacks(creds, url, &verdict));
                 let specs: Vec<String> = if resolved.fetch.is_empty() {
                     vec![
                         "+refs/heads/*:refs/tfops/heads/*".into(),
@@ -293,7 +443,7 @@ impl GitSource {
                 };
                 remote
                     .fetch(&specs, Some(&mut options), None)
-                    .map_err(|e| classify(url, &e))?;
+                    .map_err(|e| classify(url, &e, &verdict))?;
                 have(&repo).ok_or_else(|| GitError::NoSuchCommit {
                     url: redact(url),
                     commit: resolved.sha.clone(),
