@@ -289,3 +289,66 @@ fn tfops_source_push_then_local_mode_on_an_oci_repository() {
     assert!(stdout.contains(r#"a="from-oci""#), "{stdout}");
     assert!(stdout.contains("v1.0.0@sha256:"), "{stdout}");
 }
+
+#[tokio::test]
+async fn a_registry_with_a_private_ca_is_trusted_only_with_that_ca() {
+    // A CA and a certificate for 127.0.0.1, made for this test.
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "test registry CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params
+        .subject_alt_names
+        .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    let cert = params.signed_by(&key, &issuer).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = format!(
+        "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {d}/data\nhttp:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {d}/tls.crt\n    key: {d}/tls.key\n",
+        d = dir.path().display()
+    );
+    std::fs::write(dir.path().join("config.yml"), config).unwrap();
+    let mut child = Command::new("docker-registry")
+        .arg("serve")
+        .arg(dir.path().join("config.yml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let url = format!("oci://127.0.0.1:{port}/platform/network");
+    let none = OciCredentials::default();
+    let trusted = OciSource::with_ca(false, Some(&ca_cert.pem()));
+    let pushed = trusted
+        .push(tree("over tls").path(), &url, "v1", None, &none)
+        .await;
+    let refused = OciSource::new(false)
+        .resolve(&url, &reference(serde_json::json!({"tag": "v1"})), &none)
+        .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let digest = pushed.unwrap();
+    assert!(digest.starts_with("sha256:"));
+    assert!(
+        refused.is_err(),
+        "without the CA the registry's certificate is not trusted"
+    );
+}

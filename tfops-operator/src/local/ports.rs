@@ -147,12 +147,21 @@ impl LocalWorld {
             .unwrap_or_default()
     }
 
+    /// A CA bundle for the registry: the `ca.crt` key of the source's Secret.
+    fn oci_ca(&self, key: &ObjectKey, source: &SourceRef) -> Option<String> {
+        let r = source.secret_ref.as_ref()?;
+        self.data
+            .get(&(key.namespace.clone(), r.name.clone()))?
+            .get("ca.crt")
+            .cloned()
+    }
+
     async fn oci_resolve(
         &self,
         object: &ObjectKey,
         source: &SourceRef,
     ) -> Result<Revision, PortError> {
-        let client = OciSource::new(source.insecure);
+        let client = OciSource::with_ca(source.insecure, self.oci_ca(object, source).as_deref());
         let (tag, digest) = client
             .resolve(
                 &source.url,
@@ -174,7 +183,7 @@ impl LocalWorld {
         revision: &Revision,
         ignore: Option<&str>,
     ) -> Result<Artifact, PortError> {
-        let client = OciSource::new(source.insecure);
+        let client = OciSource::with_ca(source.insecure, self.oci_ca(object, source).as_deref());
         let tree = tempfile::tempdir().map_err(|e| PortError::Unavailable(e.to_string()))?;
         let dest = tree.path().join("src");
         client

@@ -158,14 +158,28 @@ fn registry_error(reference: &str, e: &oci_client::errors::OciDistributionError)
 impl OciSource {
     /// A client; `insecure` allows plain HTTP (and only then).
     pub fn new(insecure: bool) -> Self {
+        Self::with_ca(insecure, None)
+    }
+
+    /// A client that also trusts the CA certificates of `ca_pem` (a private registry's CA).
+    pub fn with_ca(insecure: bool, ca_pem: Option<&str>) -> Self {
         // reqwest is built without a default TLS provider: use ring, like the rest of tfops.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let extra_root_certificates = ca_pem
+            .map(|pem| {
+                vec![oci_client::client::Certificate {
+                    encoding: oci_client::client::CertificateEncoding::Pem,
+                    data: pem.as_bytes().to_vec(),
+                }]
+            })
+            .unwrap_or_default();
         let config = ClientConfig {
             protocol: if insecure {
                 ClientProtocol::Http
             } else {
                 ClientProtocol::Https
             },
+            extra_root_certificates,
             ..ClientConfig::default()
         };
         Self {
