@@ -307,12 +307,18 @@ impl Drop for HttpServer {
 }
 
 fn http_server(root: &Path) -> HttpServer {
+    serve_http(root, &[])
+}
+
+fn serve_http(root: &Path, tls: &[&Path]) -> HttpServer {
     let port_file = root.join("port");
+    let _ = std::fs::remove_file(&port_file);
     let mut child = Command::new("python3")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/git_http_server.py"))
         .arg(root)
         .args(["alice", "s3cret-token"])
         .arg(&port_file)
+        .args(tls)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -573,5 +579,71 @@ fn ssh_with_a_key_and_known_hosts_and_what_is_refused() {
     assert_eq!(
         src.resolve(&url, &main, &allowed).unwrap().sha,
         resolved.sha
+    );
+}
+
+/// A CA (PEM) and, signed by it, a certificate and key for 127.0.0.1 written into `dir`.
+fn tls_material(dir: &Path) -> String {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "test git CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .subject_alt_names
+        .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    ca.pem()
+}
+
+#[test]
+fn https_with_a_private_ca_is_trusted_only_with_that_ca() {
+    let d = daemon();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = tls_material(certs.path());
+    let other_ca = tls_material(tempfile::tempdir().unwrap().path());
+    let server = serve_http(
+        d.root.path(),
+        &[&certs.path().join("tls.crt"), &certs.path().join("tls.key")],
+    );
+    let url = format!("https://127.0.0.1:{}/infra", server.port);
+    let src = GitSource::new(tempfile::tempdir().unwrap().path());
+    let main = reference(serde_json::json!({"branch": "main"}));
+    let creds = |ca: Option<&str>| GitCredentials {
+        username: Some("alice".into()),
+        password: Some("s3cret-token".into()),
+        ca_bundle: ca.map(str::to_string),
+        ..GitCredentials::default()
+    };
+    let resolved = src.resolve(&url, &main, &creds(Some(&ca))).unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    src.checkout(&url, &resolved, &creds(Some(&ca)), &dest.path().join("t"))
+        .unwrap();
+    assert!(
+        std::fs::read_to_string(dest.path().join("t/main.tf"))
+            .unwrap()
+            .contains("three")
+    );
+
+    let err = src
+        .resolve(&url, &main, &creds(Some(&other_ca)))
+        .unwrap_err();
+    assert!(
+        matches!(err, GitError::HostKey { .. })
+            && err
+                .to_string()
+                .contains("TLS certificate of 127.0.0.1 was refused"),
+        "{err}"
+    );
+    assert!(
+        src.resolve(&url, &main, &creds(None)).is_err(),
+        "the system's roots do not know the test CA"
     );
 }

@@ -133,6 +133,7 @@ impl LocalWorld {
             ssh_passphrase: get("passphrase"),
             known_hosts: get("known_hosts"),
             allow_unknown_host_key: get("allowUnknownHostKey").is_some_and(|v| v == "true"),
+            ca_bundle: get("ca.crt").or_else(|| get("caFile")),
         }
     }
 

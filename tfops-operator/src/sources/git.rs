@@ -26,6 +26,9 @@ pub struct GitCredentials {
     pub known_hosts: Option<String>,
     /// Accept a server whose host is not in `known_hosts` at all (a mismatch is never accepted).
     pub allow_unknown_host_key: bool,
+    /// CA certificates (PEM) an `https://` server's certificate must chain to, instead of the
+    /// system's roots.
+    pub ca_bundle: Option<String>,
 }
 
 impl std::fmt::Debug for GitCredentials {
@@ -107,7 +110,8 @@ pub enum GitError {
         /// libgit2's message.
         message: String,
     },
-    /// The SSH server's host key is not the one `known_hosts` names (or is unknown).
+    /// The server is not the one configured: its SSH host key is not the one `known_hosts`
+    /// names (or is unknown), or its TLS certificate does not chain to the configured CA.
     #[error("{url}: {message}")]
     HostKey {
         /// The URL, without credentials.
@@ -161,6 +165,7 @@ fn classify(url: &str, e: &git2::Error, verdict: &HostKeyVerdict) -> GitError {
     let url = redact(url);
     let message = e.message().to_string();
     if let Some(message) = verdict.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        // A refused host key or TLS certificate: the server is not the one configured.
         return GitError::HostKey { url, message };
     }
     let denied = e.code() == git2::ErrorCode::Auth
@@ -172,6 +177,36 @@ fn classify(url: &str, e: &git2::Error, verdict: &HostKeyVerdict) -> GitError {
     } else {
         GitError::Unreachable { url, message }
     }
+}
+
+/// Verifies a server certificate (DER) for `host` against the CA certificates of `ca_pem`.
+fn verify_with_ca(ca_pem: &str, leaf: &[u8], host: &str) -> Result<(), String> {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        let cert = cert.map_err(|e| format!("the CA bundle is not PEM: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("the CA bundle holds an unusable certificate: {e}"))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
+    verifier
+        .verify_server_cert(
+            &CertificateDer::from(leaf.to_vec()),
+            &[],
+            &name,
+            &[],
+            UnixTime::now(),
+        )
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 fn port_of(url: &str) -> u16 {
@@ -236,8 +271,18 @@ fn callbacks<'a>(
     let port = port_of(url);
     cb.certificate_check(move |cert, host| {
         let Some(hostkey) = cert.as_hostkey() else {
-            // TLS certificates: libgit2 verifies them against the system's roots.
-            return Ok(git2::CertificateCheckStatus::CertificatePassthrough);
+            // TLS: against the configured CA, else libgit2 checks the system's roots.
+            let (Some(ca), Some(x509)) = (&creds.ca_bundle, cert.as_x509()) else {
+                return Ok(git2::CertificateCheckStatus::CertificatePassthrough);
+            };
+            return match verify_with_ca(ca, x509.data(), host) {
+                Ok(()) => Ok(git2::CertificateCheckStatus::CertificateOk),
+                Err(why) => {
+                    let refusal = format!("TLS certificate of {host} was refused: {why}");
+                    *verdict.lock().unwrap_or_else(|e| e.into_inner()) = Some(refusal.clone());
+                    Err(git2::Error::from_str(&refusal))
+                }
+            };
         };
         let (Some(key), Some(kind)) = (hostkey.hostkey(), hostkey.hostkey_type()) else {
             return Err(git2::Error::from_str("host key of an unknown type"));
