@@ -647,3 +647,60 @@ fn https_with_a_private_ca_is_trusted_only_with_that_ca() {
         "the system's roots do not know the test CA"
     );
 }
+
+#[test]
+fn submodules_are_fetched_only_when_asked() {
+    let d = daemon();
+    let sub = d.repo("sub");
+    std::fs::create_dir(&sub).unwrap();
+    git(&sub, &["init", "-q"]);
+    commit(&sub, "module.tf", "# from the submodule\n");
+    let parent = d.repo("parent");
+    std::fs::create_dir(&parent).unwrap();
+    git(&parent, &["init", "-q"]);
+    commit(
+        &parent,
+        "main.tf",
+        "module \"m\" { source = \"./modules/sub\" }\n",
+    );
+    git(
+        &parent,
+        &["submodule", "add", "-q", &d.url("sub"), "modules/sub"],
+    );
+    git(&parent, &["commit", "-q", "-m", "add submodule"]);
+
+    let src = GitSource::new(tempfile::tempdir().unwrap().path());
+    let url = d.url("parent");
+    let resolved = src
+        .resolve(
+            &url,
+            &reference(serde_json::json!({})),
+            &GitCredentials::default(),
+        )
+        .unwrap();
+    let plain = tempfile::tempdir().unwrap();
+    src.checkout(
+        &url,
+        &resolved,
+        &GitCredentials::default(),
+        &plain.path().join("t"),
+    )
+    .unwrap();
+    assert!(
+        !plain.path().join("t/modules/sub/module.tf").exists(),
+        "not followed by default"
+    );
+    let deep = tempfile::tempdir().unwrap();
+    src.checkout_with(
+        &url,
+        &resolved,
+        &GitCredentials::default(),
+        &deep.path().join("t"),
+        true,
+    )
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(deep.path().join("t/modules/sub/module.tf")).unwrap(),
+        "# from the submodule\n"
+    );
+}

@@ -21,6 +21,10 @@ pub struct SourceRef {
     /// Allow plain HTTP (OCI) or an unverified TLS certificate. Default false.
     #[serde(default)]
     pub insecure: bool,
+    /// Git: also fetch the submodules the tree names, recursively. Default false: submodule
+    /// directories stay empty.
+    #[serde(default)]
+    pub recurse_submodules: bool,
 }
 
 /// The kinds of source.

@@ -246,11 +246,12 @@ impl LocalWorld {
             source.url.clone(),
             self.git_credentials(object, source),
         );
+        let submodules = source.recurse_submodules;
         let ignore = ignore.map(str::to_string);
         tokio::task::spawn_blocking(move || {
             let tree = tempfile::tempdir().map_err(|e| PortError::Unavailable(e.to_string()))?;
             let dest = tree.path().join("src");
-            git.checkout(&url, &resolved, &creds, &dest)
+            git.checkout_with(&url, &resolved, &creds, &dest, submodules)
                 .map_err(git_error)?;
             let mut data = Vec::new();
             let summary = tfops_core::source::build_archive(&dest, ignore.as_deref(), &mut data)

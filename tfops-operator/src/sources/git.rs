@@ -179,6 +179,86 @@ fn classify(url: &str, e: &git2::Error, verdict: &HostKeyVerdict) -> GitError {
     }
 }
 
+/// Writes `tree` into `dest`: files with their executable bit, symlinks, and an empty
+/// directory for each submodule. (libgit2's checkout wants a working tree for submodules; a
+/// plain walk needs none.)
+fn write_tree(repo: &git2::Repository, tree: &git2::Tree<'_>, dest: &Path) -> Result<(), GitError> {
+    use std::os::unix::fs::PermissionsExt;
+    let local = |e: &dyn std::fmt::Display| GitError::Local(e.to_string());
+    std::fs::create_dir_all(dest).map_err(|e| local(&e))?;
+    for entry in tree.iter() {
+        let name = entry
+            .name()
+            .map_err(|_| GitError::Local("a tree entry name is not UTF-8".into()))?;
+        if name.contains('/') || name == ".." || name == "." {
+            return Err(GitError::Local(format!("refusing tree entry {name:?}")));
+        }
+        let path = dest.join(name);
+        match entry.filemode() {
+            0o040000 => {
+                let sub = repo.find_tree(entry.id()).map_err(|e| local(&e))?;
+                write_tree(repo, &sub, &path)?;
+            }
+            0o160000 => std::fs::create_dir_all(&path).map_err(|e| local(&e))?,
+            mode => {
+                let blob = repo.find_blob(entry.id()).map_err(|e| local(&e))?;
+                if mode == 0o120000 {
+                    let target = String::from_utf8_lossy(blob.content()).into_owned();
+                    std::os::unix::fs::symlink(target, &path).map_err(|e| local(&e))?;
+                } else {
+                    std::fs::write(&path, blob.content()).map_err(|e| local(&e))?;
+                    let perms = if mode == 0o100755 { 0o755 } else { 0o644 };
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(perms))
+                        .map_err(|e| local(&e))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `path` → `url` of the submodules in a `.gitmodules` file.
+fn parse_gitmodules(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let (mut path, mut url): (Option<String>, Option<String>) = (None, None);
+    let mut flush = |path: &mut Option<String>, url: &mut Option<String>| {
+        if let (Some(p), Some(u)) = (path.take(), url.take()) {
+            out.insert(p, u);
+        }
+    };
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            flush(&mut path, &mut url);
+        } else if let Some((k, v)) = line.split_once('=') {
+            match k.trim() {
+                "path" => path = Some(v.trim().to_string()),
+                "url" => url = Some(v.trim().to_string()),
+                _ => {}
+            }
+        }
+    }
+    flush(&mut path, &mut url);
+    out
+}
+
+/// A submodule URL, relative ones (`../x`, `./x`) resolved against the parent's URL.
+fn join_url(parent: &str, sub: &str) -> String {
+    if !(sub.starts_with("../") || sub.starts_with("./")) {
+        return sub.to_string();
+    }
+    let mut base: Vec<&str> = parent.trim_end_matches('/').split('/').collect();
+    for part in sub.split('/') {
+        match part {
+            "." => {}
+            ".." => {
+                base.pop();
+            }
+            p => base.push(p),
+        }
+    }
+    base.join("/")
+}
+
 /// Verifies a server certificate (DER) for `host` against the CA certificates of `ca_pem`.
 fn verify_with_ca(ca_pem: &str, leaf: &[u8], host: &str) -> Result<(), String> {
     use rustls::client::danger::ServerCertVerifier;
@@ -452,6 +532,90 @@ impl GitSource {
         creds: &GitCredentials,
         dest: &Path,
     ) -> Result<String, GitError> {
+        self.checkout_with(url, resolved, creds, dest, false)
+    }
+
+    /// [`GitSource::checkout`], and with `submodules` the submodules the tree names, each at
+    /// the commit the tree records, recursively (relative URLs resolve against `url`; the same
+    /// credentials are used).
+    ///
+    /// # Errors
+    /// A [`GitError`].
+    pub fn checkout_with(
+        &self,
+        url: &str,
+        resolved: &ResolvedRef,
+        creds: &GitCredentials,
+        dest: &Path,
+        submodules: bool,
+    ) -> Result<String, GitError> {
+        let commit = self.checkout_tree(url, resolved, creds, dest)?;
+        if submodules {
+            for (path, sub_url, sub_commit) in self.submodules(url, &commit)? {
+                let pinned = ResolvedRef {
+                    name: sub_commit.clone(),
+                    fetch: String::new(),
+                    sha: sub_commit,
+                };
+                self.checkout_with(&sub_url, &pinned, creds, &dest.join(&path), true)?;
+            }
+        }
+        Ok(commit)
+    }
+
+    /// The gitlinks of `commit`'s tree with their URLs from `.gitmodules`: (path, url, commit).
+    fn submodules(
+        &self,
+        url: &str,
+        commit: &str,
+    ) -> Result<Vec<(String, String, String)>, GitError> {
+        let local = |e: git2::Error| GitError::Local(e.to_string());
+        let repo = git2::Repository::open_bare(self.repo_dir(url)).map_err(local)?;
+        let tree = repo
+            .find_commit(git2::Oid::from_str(commit).map_err(local)?)
+            .and_then(|c| c.tree())
+            .map_err(local)?;
+        let mut links = Vec::new();
+        tree.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
+            if entry.filemode() == 0o160000 {
+                links.push((
+                    format!("{root}{}", entry.name().unwrap_or_default()),
+                    entry.id().to_string(),
+                ));
+            }
+            git2::TreeWalkResult::Ok
+        })
+        .map_err(local)?;
+        if links.is_empty() {
+            return Ok(Vec::new());
+        }
+        let modules = tree
+            .get_path(Path::new(".gitmodules"))
+            .and_then(|e| e.to_object(&repo))
+            .map_err(local)?;
+        let text = modules
+            .as_blob()
+            .map(|b| String::from_utf8_lossy(b.content()).into_owned())
+            .unwrap_or_default();
+        let urls = parse_gitmodules(&text);
+        links
+            .into_iter()
+            .map(|(path, sha)| {
+                let sub = urls.get(&path).ok_or_else(|| {
+                    GitError::Local(format!("submodule {path} has no URL in .gitmodules"))
+                })?;
+                Ok((path, join_url(url, sub), sha))
+            })
+            .collect()
+    }
+
+    fn checkout_tree(
+        &self,
+        url: &str,
+        resolved: &ResolvedRef,
+        creds: &GitCredentials,
+        dest: &Path,
+    ) -> Result<String, GitError> {
         let lock = self.lock_for(url);
         // One fetch per repository at a time; different repositories proceed in parallel.
         let _guard = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -499,11 +663,7 @@ impl GitSource {
             .find_commit(commit)
             .and_then(|c| c.tree())
             .map_err(|e| GitError::Local(e.to_string()))?;
-        std::fs::create_dir_all(dest).map_err(|e| GitError::Local(e.to_string()))?;
-        let mut checkout = git2::build::CheckoutBuilder::new();
-        checkout.target_dir(dest).force().recreate_missing(true);
-        repo.checkout_tree(tree.as_object(), Some(&mut checkout))
-            .map_err(|e| GitError::Local(e.to_string()))?;
+        write_tree(&repo, &tree, dest)?;
         let _ = std::fs::write(dir.join(".last-used"), b"");
         drop(_guard);
         self.evict(&dir);
@@ -514,6 +674,25 @@ impl GitSource {
 #[cfg(test)]
 mod tests {
     use super::redact;
+
+    #[test]
+    fn gitmodules_and_relative_urls() {
+        let text = "[submodule \"net\"]\n\tpath = modules/net\n\turl = ../net.git\n[submodule \"x\"]\n\tpath = x\n\turl = https://git.example/x\n";
+        let m = super::parse_gitmodules(text);
+        assert_eq!(m["modules/net"], "../net.git");
+        assert_eq!(
+            super::join_url("https://git.example/org/infra.git", "../net.git"),
+            "https://git.example/org/net.git"
+        );
+        assert_eq!(
+            super::join_url("git://h/infra", "./sub"),
+            "git://h/infra/sub"
+        );
+        assert_eq!(
+            super::join_url("git://h/infra", "https://o/x"),
+            "https://o/x"
+        );
+    }
 
     #[test]
     fn credentials_never_reach_messages() {
