@@ -18,7 +18,7 @@ pub struct SourceRef {
     /// controller only; never sent to the runner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<super::KeyRef>,
-    /// Allow plain HTTP (OCI) or an unverified TLS certificate. Default false.
+    /// Talk plain HTTP to an OCI registry (never for Git). Default false.
     #[serde(default)]
     pub insecure: bool,
     /// Git: also fetch the submodules the tree names, recursively. Default false: submodule
