@@ -21,6 +21,7 @@ pub mod duration;
 pub mod inputs;
 pub mod naming;
 pub mod plan;
+pub mod policy;
 pub mod ports;
 pub mod reconcile;
 pub mod source;

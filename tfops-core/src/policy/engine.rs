@@ -1,0 +1,441 @@
+//! Compiling and evaluating policies.
+
+use cel::{Context, ExecutionError, Program, Value};
+
+use super::types::{Action, Rule, Scope, TerraformPolicy};
+use crate::api::TerraformObject;
+
+/// Why a policy could not be loaded or a plan not evaluated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// An expression does not parse.
+    #[error("policy {policy}: {what} {name:?} does not compile: {message}")]
+    Compile {
+        /// The policy.
+        policy: String,
+        /// `variable`, `rule`, `message` or `match condition`.
+        what: &'static str,
+        /// Its name.
+        name: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// An expression uses a name that does not exist.
+    #[error("policy {policy}: {what} {name:?} refers to {reference:?}, which is not defined")]
+    UnknownName {
+        /// The policy.
+        policy: String,
+        /// `variable`, `rule`, `message` or `match condition`.
+        what: &'static str,
+        /// Its name.
+        name: String,
+        /// The undefined name.
+        reference: String,
+    },
+    /// The document is not `terraform show -json` output of a plan.
+    #[error("not a Terraform plan in JSON (terraform show -json): {0}")]
+    NotAPlan(String),
+}
+
+struct Expr {
+    what: &'static str,
+    name: String,
+    program: Program,
+}
+
+struct CompiledRule {
+    rule: Rule,
+    check: Expr,
+    message: Option<Expr>,
+    conditions: Vec<Expr>,
+}
+
+/// A policy whose expressions all compiled.
+pub struct CompiledPolicy {
+    /// Its name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    selector: std::collections::BTreeMap<String, String>,
+    variables: Vec<Expr>,
+    rules: Vec<CompiledRule>,
+}
+
+impl std::fmt::Debug for CompiledPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledPolicy")
+            .field("name", &self.name)
+            .field(
+                "rules",
+                &self.rules.iter().map(|r| &r.rule.name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+fn compile_expr(
+    policy: &str,
+    what: &'static str,
+    name: &str,
+    source: &str,
+) -> Result<Expr, PolicyError> {
+    Program::compile(source)
+        .map(|program| Expr {
+            what,
+            name: name.to_string(),
+            program,
+        })
+        .map_err(|e| PolicyError::Compile {
+            policy: policy.to_string(),
+            what,
+            name: name.to_string(),
+            message: e.to_string(),
+        })
+}
+
+/// Compiles a policy and checks that its expressions only use names that exist (a dry run on
+/// an empty plan: an undefined name is an error now, not a silent pass later).
+///
+/// # Errors
+/// [`PolicyError::Compile`] or [`PolicyError::UnknownName`], naming the expression.
+pub fn compile(policy: &TerraformPolicy) -> Result<CompiledPolicy, PolicyError> {
+    let p = &policy.metadata.name;
+    let variables = policy
+        .spec
+        .variables
+        .iter()
+        .map(|v| compile_expr(p, "variable", &v.name, &v.expression))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rules = policy
+        .spec
+        .rules
+        .iter()
+        .map(|r| {
+            Ok(CompiledRule {
+                check: compile_expr(p, "rule", &r.name, &r.expression)?,
+                message: r
+                    .message_expression
+                    .as_deref()
+                    .map(|m| compile_expr(p, "message", &r.name, m))
+                    .transpose()?,
+                conditions: r
+                    .match_conditions
+                    .iter()
+                    .map(|c| compile_expr(p, "match condition", &c.name, &c.expression))
+                    .collect::<Result<Vec<_>, _>>()?,
+                rule: r.clone(),
+            })
+        })
+        .collect::<Result<Vec<_>, PolicyError>>()?;
+    let compiled = CompiledPolicy {
+        name: p.clone(),
+        namespace: policy.metadata.namespace.clone(),
+        selector: policy.spec.selector.clone(),
+        variables,
+        rules,
+    };
+    dry_run(&compiled)?;
+    Ok(compiled)
+}
+
+fn dry_run(policy: &CompiledPolicy) -> Result<(), PolicyError> {
+    let empty = serde_json::json!({"format_version": "1.2", "resource_changes": []});
+    let mut ctx = base_context(&empty, &serde_json::json!({}));
+    ctx.add_variable_from_value("change", json_value(&change_json(&serde_json::json!({}))));
+    let undefined = |e: &Expr, err: &ExecutionError| match err {
+        ExecutionError::UndeclaredReference(name) => Err(PolicyError::UnknownName {
+            policy: policy.name.clone(),
+            what: e.what,
+            name: e.name.clone(),
+            reference: name.to_string(),
+        }),
+        // Anything else depends on the data of a real plan.
+        _ => Ok(()),
+    };
+    for v in &policy.variables {
+        match v.program.execute(&ctx) {
+            Ok(value) => ctx.add_variable_from_value(v.name.clone(), value),
+            Err(e) => {
+                undefined(v, &e)?;
+                ctx.add_variable_from_value(v.name.clone(), Value::Null);
+            }
+        }
+    }
+    for r in &policy.rules {
+        for e in std::iter::once(&r.check)
+            .chain(r.message.iter())
+            .chain(r.conditions.iter())
+        {
+            if let Err(err) = e.program.execute(&ctx) {
+                undefined(e, &err)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn json_value(v: &serde_json::Value) -> Value {
+    cel::to_value(v).unwrap_or(Value::Null)
+}
+
+/// One change as rules see it.
+fn change_json(rc: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "address": rc["address"].as_str().unwrap_or_default(),
+        "type": rc["type"].as_str().unwrap_or_default(),
+        "name": rc["name"].as_str().unwrap_or_default(),
+        "mode": rc["mode"].as_str().unwrap_or_default(),
+        "actions": rc["change"]["actions"].clone(),
+        "before": rc["change"]["before"].clone(),
+        "after": rc["change"]["after"].clone(),
+    })
+}
+
+fn changes(plan: &serde_json::Value) -> Vec<serde_json::Value> {
+    plan["resource_changes"]
+        .as_array()
+        .map(|a| a.iter().map(change_json).collect())
+        .unwrap_or_default()
+}
+
+fn has_action(change: &serde_json::Value, action: &str) -> bool {
+    change["actions"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|x| x == action))
+}
+
+fn base_context<'a>(plan: &serde_json::Value, spec: &serde_json::Value) -> Context<'a, 'static> {
+    let all = changes(plan);
+    let filter = |f: &dyn Fn(&serde_json::Value) -> bool| -> serde_json::Value {
+        serde_json::Value::Array(all.iter().filter(|c| f(c)).cloned().collect())
+    };
+    let mut ctx = Context::default();
+    ctx.add_variable_from_value("plan", json_value(plan));
+    ctx.add_variable_from_value("object", json_value(spec));
+    ctx.add_variable_from_value(
+        "creates",
+        json_value(&filter(&|c| {
+            has_action(c, "create") && !has_action(c, "delete")
+        })),
+    );
+    ctx.add_variable_from_value("updates", json_value(&filter(&|c| has_action(c, "update"))));
+    ctx.add_variable_from_value("deletes", json_value(&filter(&|c| has_action(c, "delete"))));
+    ctx.add_variable_from_value(
+        "replaces",
+        json_value(&filter(&|c| {
+            has_action(c, "delete") && has_action(c, "create")
+        })),
+    );
+    ctx.add_variable_from_value("changes", json_value(&serde_json::Value::Array(all)));
+    ctx
+}
+
+/// What a rule found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It holds.
+    Pass,
+    /// Its match conditions exclude this plan (or every change).
+    NotApplicable,
+    /// It does not hold.
+    Violation {
+        /// The message.
+        message: String,
+        /// The resources involved (`scope: Resource` rules).
+        addresses: Vec<String>,
+    },
+    /// It could not be evaluated on this plan (counts as a violation for `Deny`).
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// One rule's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleResult {
+    /// The policy.
+    pub policy: String,
+    /// The rule.
+    pub rule: String,
+    /// Deny or Warn.
+    pub action: Action,
+    /// What it found.
+    pub outcome: Outcome,
+}
+
+/// The results of every rule of every selected policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// In policy and rule order.
+    pub results: Vec<RuleResult>,
+}
+
+impl Verdict {
+    /// Whether a `Deny` rule was violated or could not be evaluated: no apply.
+    pub fn denied(&self) -> bool {
+        self.results.iter().any(|r| {
+            r.action == Action::Deny
+                && matches!(r.outcome, Outcome::Violation { .. } | Outcome::Error { .. })
+        })
+    }
+
+    /// The violated (or failed) rules.
+    pub fn violations(&self) -> impl Iterator<Item = &RuleResult> {
+        self.results
+            .iter()
+            .filter(|r| matches!(r.outcome, Outcome::Violation { .. } | Outcome::Error { .. }))
+    }
+}
+
+/// Whether `policy` applies to `object`: same namespace, and every selector label present.
+pub fn selects(policy: &CompiledPolicy, object: &TerraformObject) -> bool {
+    (policy.namespace.is_empty() || policy.namespace == object.metadata.namespace)
+        && policy
+            .selector
+            .iter()
+            .all(|(k, v)| object.metadata.labels.get(k) == Some(v))
+}
+
+fn truth(ctx: &Context<'_, '_>, e: &Expr) -> Result<bool, String> {
+    match e.program.execute(ctx) {
+        Ok(Value::Bool(b)) => Ok(b),
+        Ok(other) => Err(format!(
+            "{} {:?} must be true or false, not {other:?}",
+            e.what, e.name
+        )),
+        Err(err) => Err(format!("{} {:?}: {err}", e.what, e.name)),
+    }
+}
+
+fn message(ctx: &Context<'_, '_>, r: &CompiledRule) -> String {
+    let fallback = || {
+        if r.rule.message.is_empty() {
+            format!("rule {} does not hold", r.rule.name)
+        } else {
+            r.rule.message.clone()
+        }
+    };
+    match &r.message {
+        Some(e) => match e.program.execute(ctx) {
+            Ok(Value::String(s)) => s.to_string(),
+            _ => fallback(),
+        },
+        None => fallback(),
+    }
+}
+
+fn run_rule(ctx: &Context<'_, '_>, r: &CompiledRule) -> Outcome {
+    let applies = |ctx: &Context<'_, '_>| -> Result<bool, String> {
+        for c in &r.conditions {
+            if !truth(ctx, c)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    };
+    match r.rule.scope {
+        Scope::Plan => match applies(ctx).and_then(|a| {
+            if a {
+                truth(ctx, &r.check).map(Some)
+            } else {
+                Ok(None)
+            }
+        }) {
+            Ok(None) => Outcome::NotApplicable,
+            Ok(Some(true)) => Outcome::Pass,
+            Ok(Some(false)) => Outcome::Violation {
+                message: message(ctx, r),
+                addresses: Vec::new(),
+            },
+            Err(message) => Outcome::Error { message },
+        },
+        Scope::Resource => {
+            let Ok(Value::List(all)) = Program::compile("changes")
+                .map(|p| p.execute(ctx))
+                .unwrap_or(Ok(Value::Null))
+            else {
+                return Outcome::NotApplicable;
+            };
+            let mut applied = false;
+            let mut addresses = Vec::new();
+            let mut first_message = None;
+            for change in all.iter() {
+                let mut inner = ctx.new_inner_scope();
+                inner.add_variable_from_value("change", change.clone());
+                match applies(&inner) {
+                    Ok(false) => continue,
+                    Ok(true) => applied = true,
+                    Err(message) => return Outcome::Error { message },
+                }
+                match truth(&inner, &r.check) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        if let Value::Map(m) = change
+                            && let Some(Value::String(a)) =
+                                m.get(&cel::objects::Key::from("address"))
+                        {
+                            addresses.push(a.to_string());
+                        }
+                        first_message.get_or_insert_with(|| message(&inner, r));
+                    }
+                    Err(message) => return Outcome::Error { message },
+                }
+            }
+            match (applied, first_message) {
+                (false, _) => Outcome::NotApplicable,
+                (true, None) => Outcome::Pass,
+                (true, Some(message)) => Outcome::Violation { message, addresses },
+            }
+        }
+    }
+}
+
+/// Evaluates the `policies` that select `object` against `plan` (`terraform show -json`).
+///
+/// # Errors
+/// [`PolicyError::NotAPlan`] when `plan` is not plan JSON.
+pub fn evaluate(
+    policies: &[CompiledPolicy],
+    plan: &serde_json::Value,
+    object: &TerraformObject,
+) -> Result<Verdict, PolicyError> {
+    if !plan.is_object()
+        || (plan.get("format_version").is_none() && plan.get("resource_changes").is_none())
+    {
+        return Err(PolicyError::NotAPlan(
+            "expected an object with format_version and resource_changes".into(),
+        ));
+    }
+    let spec = serde_json::to_value(&object.spec).unwrap_or_default();
+    let base = base_context(plan, &spec);
+    let mut verdict = Verdict::default();
+    for policy in policies.iter().filter(|p| selects(p, object)) {
+        let mut ctx = base.new_inner_scope();
+        let mut broken = None;
+        for v in &policy.variables {
+            match v.program.execute(&ctx) {
+                Ok(value) => ctx.add_variable_from_value(v.name.clone(), value),
+                Err(e) => {
+                    broken = Some(format!("variable {:?}: {e}", v.name));
+                    break;
+                }
+            }
+        }
+        for r in &policy.rules {
+            let outcome = match &broken {
+                Some(message) => Outcome::Error {
+                    message: message.clone(),
+                },
+                None => run_rule(&ctx, r),
+            };
+            verdict.results.push(RuleResult {
+                policy: policy.name.clone(),
+                rule: r.rule.name.clone(),
+                action: r.rule.action,
+                outcome,
+            });
+        }
+    }
+    Ok(verdict)
+}

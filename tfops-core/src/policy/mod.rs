@@ -1,0 +1,28 @@
+//! Plan policies: CEL rules over `terraform show -json` output, evaluated offline.
+//!
+//! A [`TerraformPolicy`] (`infra.argocd.io/v1alpha1`) selects `Terraform` objects by label and
+//! holds named variables and rules. [`compile`] checks every expression when the policy is
+//! loaded (syntax, and references to names that do not exist); [`evaluate`] runs the rules
+//! against a plan and returns a [`Verdict`]. A rule with `scope: Resource` runs once per
+//! resource change, with the change as `change`, so a violation names the resources involved.
+//!
+//! Names every expression can use:
+//!
+//! | name | what |
+//! | --- | --- |
+//! | `plan` | the whole `terraform show -json` document |
+//! | `object` | the `Terraform` object's spec |
+//! | `changes` | every resource change: `{address, type, name, mode, actions, before, after}` |
+//! | `creates`, `updates`, `deletes`, `replaces` | the changes whose actions are those |
+//! | `change` | the change a `scope: Resource` rule is looking at |
+//! | the policy's `variables` | computed once, in order |
+
+mod engine;
+mod types;
+
+pub use engine::{
+    CompiledPolicy, Outcome, PolicyError, RuleResult, Verdict, compile, evaluate, selects,
+};
+pub use types::{
+    Action, NamedExpression, PolicyMeta, Rule, Scope, TerraformPolicy, TerraformPolicySpec,
+};

@@ -1,0 +1,179 @@
+//! Plan policies offline: load-time checks, plan- and resource-scoped rules, Warn and Deny,
+//! selection, and bad input, against a plan JSON made by real Terraform.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use serde_json::json;
+use tfops_core::policy::{Action, Outcome, PolicyError, TerraformPolicy, compile, evaluate};
+
+const PLAN: &str = include_str!("fixtures/plan-delete-update-create.json");
+
+fn policy(spec: serde_json::Value) -> TerraformPolicy {
+    serde_json::from_value(
+        json!({"metadata": {"name": "guard", "namespace": "team-a"}, "spec": spec}),
+    )
+    .unwrap()
+}
+
+fn plan() -> serde_json::Value {
+    serde_json::from_str(PLAN).unwrap()
+}
+
+#[test]
+fn rules_find_deletions_counts_and_missing_tags() {
+    let p = compile(&policy(json!({
+        "variables": [{"name": "maxChanges", "expression": "2"}],
+        "rules": [
+            {"name": "no-deleting-databases", "scope": "Resource",
+             "matchConditions": [{"name": "db", "expression": "change.address.endsWith('.db')"}],
+             "expression": "!('delete' in change.actions)",
+             "messageExpression": "change.address + ' would be deleted'"},
+            {"name": "at-most-two-changes", "expression": "changes.size() <= maxChanges", "message": "too many changes"},
+            {"name": "tags-required", "scope": "Resource", "action": "Warn",
+             "matchConditions": [{"name": "creates", "expression": "'create' in change.actions"}],
+             "expression": "size(change.after.input.tags) > 0", "message": "tags are required"},
+            {"name": "port-is-https", "scope": "Resource",
+             "matchConditions": [{"name": "web", "expression": "change.address == 'terraform_data.web'"}],
+             "expression": "change.after.input.port == 443"}
+        ]
+    })))
+    .unwrap();
+    let object = common::object("app", json!({}));
+    let object = tfops_core::api::TerraformObject {
+        metadata: tfops_core::api::ObjectMeta {
+            namespace: "team-a".into(),
+            ..object.metadata
+        },
+        ..object
+    };
+    let verdict = evaluate(&[p], &plan(), &object).unwrap();
+    let by = |name: &str| {
+        verdict
+            .results
+            .iter()
+            .find(|r| r.rule == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        by("no-deleting-databases").outcome,
+        Outcome::Violation {
+            message: "terraform_data.db would be deleted".into(),
+            addresses: vec!["terraform_data.db".into()]
+        }
+    );
+    assert_eq!(
+        by("at-most-two-changes").outcome,
+        Outcome::Violation {
+            message: "too many changes".into(),
+            addresses: vec![]
+        }
+    );
+    let tags = by("tags-required");
+    assert_eq!(tags.action, Action::Warn);
+    assert_eq!(
+        tags.outcome,
+        Outcome::Violation {
+            message: "tags are required".into(),
+            addresses: vec!["terraform_data.cache".into()]
+        }
+    );
+    assert_eq!(by("port-is-https").outcome, Outcome::Pass);
+    assert!(verdict.denied());
+    assert_eq!(verdict.violations().count(), 3);
+}
+
+#[test]
+fn warn_only_violations_do_not_deny_and_unselected_objects_are_untouched() {
+    let p = compile(&policy(json!({
+        "selector": {"tier": "prod"},
+        "rules": [{"name": "no-deletes", "action": "Warn", "expression": "deletes.size() == 0"}]
+    })))
+    .unwrap();
+    let mut object = common::object("app", json!({}));
+    object.metadata.namespace = "team-a".into();
+    assert!(
+        evaluate(std::slice::from_ref(&p), &plan(), &object)
+            .unwrap()
+            .results
+            .is_empty(),
+        "not selected"
+    );
+    object.metadata.labels.insert("tier".into(), "prod".into());
+    let verdict = evaluate(&[p], &plan(), &object).unwrap();
+    assert_eq!(verdict.results.len(), 1);
+    assert!(!verdict.denied(), "Warn never blocks");
+}
+
+#[test]
+fn broken_rules_are_reported_at_load_never_silently_passing() {
+    let err = compile(&policy(
+        json!({"rules": [{"name": "syntax", "expression": "changes.size( <"}]}),
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(err, PolicyError::Compile { ref name, .. } if name == "syntax"),
+        "{err}"
+    );
+    let err = compile(&policy(
+        json!({"rules": [{"name": "typo", "expression": "chnges.size() == 0"}]}),
+    ))
+    .unwrap_err();
+    assert_eq!(
+        err,
+        PolicyError::UnknownName {
+            policy: "guard".into(),
+            what: "rule",
+            name: "typo".into(),
+            reference: "chnges".into()
+        }
+    );
+    assert!(err.to_string().contains("chnges"));
+}
+
+#[test]
+fn a_rule_that_fails_at_run_time_is_an_error_that_denies() {
+    let p = compile(&policy(
+        json!({"rules": [{"name": "bad-field", "expression": "plan.no_such_field == 1"}]}),
+    ))
+    .unwrap();
+    let mut object = common::object("app", json!({}));
+    object.metadata.namespace = "team-a".into();
+    let verdict = evaluate(&[p], &plan(), &object).unwrap();
+    assert!(
+        matches!(verdict.results[0].outcome, Outcome::Error { .. }),
+        "{:?}",
+        verdict.results
+    );
+    assert!(verdict.denied());
+}
+
+#[test]
+fn what_is_not_a_plan_is_refused() {
+    let p = compile(&policy(
+        json!({"rules": [{"name": "x", "expression": "true"}]}),
+    ))
+    .unwrap();
+    let object = common::object("app", json!({}));
+    let err = evaluate(&[p], &json!(["not", "a", "plan"]), &object).unwrap_err();
+    assert!(matches!(err, PolicyError::NotAPlan(_)));
+}
+
+#[test]
+fn macros_and_their_loop_variables_compile() {
+    let p = compile(&policy(json!({"rules": [
+        {"name": "all", "expression": "changes.all(c, c.actions.size() > 0)"},
+        {"name": "exists", "expression": "!deletes.exists(d, d.type == 'aws_db_instance')"},
+        {"name": "filter", "expression": "creates.filter(c, c.type == 'terraform_data').size() <= 10"}
+    ]})))
+    .unwrap();
+    let mut object = common::object("app", json!({}));
+    object.metadata.namespace = "team-a".into();
+    let verdict = evaluate(&[p], &plan(), &object).unwrap();
+    assert!(
+        verdict.results.iter().all(|r| r.outcome == Outcome::Pass),
+        "{:?}",
+        verdict.results
+    );
+}
