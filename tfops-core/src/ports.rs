@@ -433,6 +433,17 @@ impl Clock for SystemClock {
     }
 }
 
+/// Gives the `TerraformPolicy` objects that may apply to an object (the driver compiles them
+/// and keeps those that select it).
+#[async_trait]
+pub trait PolicySource: Send + Sync {
+    /// The policies of the object's namespace.
+    async fn policies(
+        &self,
+        object: &TerraformObject,
+    ) -> Result<Vec<crate::policy::TerraformPolicy>, PortError>;
+}
+
 /// Every port the driver uses.
 #[derive(Clone)]
 pub struct Ports {
@@ -456,4 +467,6 @@ pub struct Ports {
     pub objects: Arc<dyn ObjectWriter>,
     /// Time.
     pub clock: Arc<dyn Clock>,
+    /// Plan policies.
+    pub policies: Arc<dyn PolicySource>,
 }

@@ -130,6 +130,15 @@ fn broken_rules_are_reported_at_load_never_silently_passing() {
         }
     );
     assert!(err.to_string().contains("chnges"));
+    // Even where CEL's `&&` would swallow the error at run time.
+    let err = compile(&policy(
+        json!({"rules": [{"name": "hidden", "expression": "false && chnges.size() == 0"}]}),
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(err, PolicyError::UnknownName { ref reference, .. } if reference == "chnges"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -822,3 +822,77 @@ async fn a_run_writes_its_status_a_few_times_not_at_every_step() {
     reconcile(&w, &key).await;
     assert_eq!(w.lock().status_writes, 6);
 }
+
+fn no_deletes(action: &str) -> tfops_core::policy::TerraformPolicy {
+    serde_json::from_value(json!({
+        "metadata": {"name": "keep-data", "namespace": "team-a"},
+        "spec": {"rules": [{
+            "name": "no-deletes", "scope": "Resource", "action": action,
+            "expression": "!('delete' in change.actions)",
+            "messageExpression": "change.address + ' would be deleted'"
+        }]}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_deny_policy_blocks_the_apply_even_in_auto_mode_and_names_the_resources() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    reconcile(&w, &key).await;
+    assert_eq!(w.applies(&key), 1);
+    w.lock().policies.push(no_deletes("Deny"));
+    w.publish(REPO, "main", SHA2, &[("terraform_data.a", "1")]); // b goes away
+    w.advance(Duration::from_secs(601));
+    reconcile(&w, &key).await;
+    assert_eq!(w.applies(&key), 1, "no apply");
+    let (status, reason, message) = ready(&w, &key);
+    assert_eq!((status, reason.as_str()), (False, "ValidationFailed"));
+    assert!(
+        message
+            .contains("keep-data/no-deletes: terraform_data.b would be deleted (terraform_data.b)"),
+        "{message}"
+    );
+    let violations = w.object(&key).unwrap().status.policy_violations;
+    assert_eq!(violations.len(), 1);
+    assert_eq!(
+        (
+            violations[0].action.as_str(),
+            violations[0].addresses.clone()
+        ),
+        ("Deny", vec!["terraform_data.b".to_string()])
+    );
+
+    // The policy is relaxed to a warning: the next (re)plan is applied and the warning kept.
+    w.lock().policies = vec![no_deletes("Warn")];
+    w.advance(Duration::from_secs(16));
+    reconcile(&w, &key).await;
+    assert_eq!(w.applies(&key), 2);
+    assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+    assert_eq!(
+        w.object(&key).unwrap().status.policy_violations[0].action,
+        "Warn"
+    );
+    let warned =
+        w.lock().events.iter().any(|(_, e)| {
+            e.event_type == EventType::Warning && e.message.contains("would be deleted")
+        });
+    assert!(warned, "a Warn violation is an event");
+}
+
+#[tokio::test]
+async fn a_broken_policy_never_silently_passes() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    let broken: tfops_core::policy::TerraformPolicy = serde_json::from_value(json!({
+        "metadata": {"name": "typo", "namespace": "team-a"},
+        "spec": {"rules": [{"name": "r", "expression": "chnges.size() == 0"}]}
+    }))
+    .unwrap();
+    w.lock().policies.push(broken);
+    reconcile(&w, &key).await;
+    assert_eq!(w.applies(&key), 0);
+    let (_, reason, message) = ready(&w, &key);
+    assert_eq!(reason, "ValidationFailed");
+    assert!(message.contains("chnges"), "{message}");
+}

@@ -400,3 +400,31 @@ fn replan_plans_even_when_nothing_changed_and_unlock_needs_a_lock() {
         unknown.stderr
     );
 }
+
+#[test]
+fn a_policy_in_the_manifests_blocks_a_plan_it_denies() {
+    let policy = "apiVersion: infra.argocd.io/v1alpha1\nkind: TerraformPolicy\nmetadata:\n  name: small-changes\n  namespace: demo\nspec:\n  rules:\n    - name: no-creates-of-a\n      scope: Resource\n      expression: \"!(change.address == 'terraform_data.a' && 'create' in change.actions)\"\n      message: a must not be created here\n";
+    let yaml = format!("{}  approvePlan: auto\n---\n{policy}", object("app", ""));
+    let p = project(&yaml);
+    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("ValidationFailed"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(
+            "small-changes/no-creates-of-a: a must not be created here (terraform_data.a)"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("  apply"), "{}", out.stdout);
+
+    let broken = format!(
+        "{}  approvePlan: auto\n---\n{}",
+        object("app", ""),
+        policy.replace("change.address", "chnge.address")
+    );
+    let p = project(&broken);
+    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(out.code, 2, "a broken policy stops before any run");
+    assert!(out.stderr.contains("chnge"), "{}", out.stderr);
+}

@@ -56,6 +56,27 @@ pub struct TerraformStatus {
     /// Consecutive failed runs; reset by a successful one.
     #[serde(default)]
     pub reconciliation_failures: i64,
+    /// What the plan policies found in the last plan with changes (`Deny` ones block the
+    /// apply; `Warn` ones are reported).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_violations: Vec<PolicyViolation>,
+}
+
+/// A rule a plan violated (or that could not be evaluated on it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyViolation {
+    /// The `TerraformPolicy`.
+    pub policy: String,
+    /// The rule.
+    pub rule: String,
+    /// `Deny` or `Warn`.
+    pub action: String,
+    /// The rule's message (or the evaluation error).
+    pub message: String,
+    /// The resources involved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
 }
 
 /// The plan waiting for approval, and the last applied one.

@@ -134,8 +134,74 @@ pub fn compile(policy: &TerraformPolicy) -> Result<CompiledPolicy, PolicyError> 
         variables,
         rules,
     };
+    check_names(&compiled, policy)?;
     dry_run(&compiled)?;
     Ok(compiled)
+}
+
+/// The names every expression may use, besides the policy's variables and loop variables.
+const BUILT_IN: &[&str] = &[
+    "plan", "object", "changes", "creates", "updates", "deletes", "replaces", "change",
+];
+
+/// The loop variables an expression binds with the comprehension macros (`x` in
+/// `list.all(x, ...)`).
+fn loop_variables(source: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for macro_name in ["all(", "exists(", "exists_one(", "map(", "filter("] {
+        let mut rest = source;
+        while let Some(i) = rest.find(macro_name) {
+            let after = &rest[i + macro_name.len()..];
+            let var: String = after
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !var.is_empty()
+                && after.trim_start()[var.len()..]
+                    .trim_start()
+                    .starts_with(',')
+            {
+                out.push(var);
+            }
+            rest = after;
+        }
+    }
+    out
+}
+
+/// Every name an expression reads must exist: a built-in, an earlier variable, or a loop
+/// variable. (CEL's `&&` and `||` swallow errors, so a dry run alone can miss a typo.)
+fn check_names(compiled: &CompiledPolicy, policy: &TerraformPolicy) -> Result<(), PolicyError> {
+    let mut known: Vec<String> = BUILT_IN.iter().map(|s| s.to_string()).collect();
+    let check = |e: &Expr, source: &str, known: &[String]| -> Result<(), PolicyError> {
+        let loops = loop_variables(source);
+        for name in e.program.references().variables() {
+            if !known.iter().any(|k| k == name) && !loops.iter().any(|l| l == name) {
+                return Err(PolicyError::UnknownName {
+                    policy: compiled.name.clone(),
+                    what: e.what,
+                    name: e.name.clone(),
+                    reference: name.to_string(),
+                });
+            }
+        }
+        Ok(())
+    };
+    for (e, source) in compiled.variables.iter().zip(policy.spec.variables.iter()) {
+        check(e, &source.expression, &known)?;
+        known.push(e.name.clone());
+    }
+    for (r, rule) in compiled.rules.iter().zip(policy.spec.rules.iter()) {
+        check(&r.check, &rule.expression, &known)?;
+        if let (Some(m), Some(src)) = (&r.message, &rule.message_expression) {
+            check(m, src, &known)?;
+        }
+        for (c, src) in r.conditions.iter().zip(rule.match_conditions.iter()) {
+            check(c, &src.expression, &known)?;
+        }
+    }
+    Ok(())
 }
 
 fn dry_run(policy: &CompiledPolicy) -> Result<(), PolicyError> {

@@ -204,6 +204,59 @@ impl Driver {
         }
     }
 
+    /// Evaluates the policies that select `object` on the plan's JSON; Warn violations become
+    /// Warning events here (Deny ones stop the apply in the decision).
+    async fn check_policies(
+        &self,
+        object: &TerraformObject,
+        plan_json: &str,
+    ) -> Result<Vec<crate::api::PolicyViolation>, PortError> {
+        use crate::policy::{Action, Outcome as Found};
+        let policies = self.ports.policies.policies(object).await?;
+        if policies.is_empty() {
+            return Ok(Vec::new());
+        }
+        let compiled = policies
+            .iter()
+            .map(crate::policy::compile)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| PortError::Invalid(e.to_string()))?;
+        let plan: serde_json::Value = serde_json::from_str(plan_json)
+            .map_err(|e| PortError::Invalid(format!("plan JSON: {e}")))?;
+        let verdict = crate::policy::evaluate(&compiled, &plan, object)
+            .map_err(|e| PortError::Invalid(e.to_string()))?;
+        let mut out = Vec::new();
+        for r in verdict.violations() {
+            let (message, addresses) = match &r.outcome {
+                Found::Violation { message, addresses } => (message.clone(), addresses.clone()),
+                Found::Error { message } => {
+                    (format!("could not be evaluated: {message}"), Vec::new())
+                }
+                Found::Pass | Found::NotApplicable => continue,
+            };
+            let action = match r.action {
+                Action::Deny => "Deny",
+                Action::Warn => "Warn",
+            };
+            if r.action == Action::Warn {
+                let event = Event {
+                    event_type: EventType::Warning,
+                    reason: crate::conditions::Reason::ValidationFailed,
+                    message: format!("policy {} rule {}: {message}", r.policy, r.rule),
+                };
+                self.ports.events.emit(&object.key(), event).await;
+            }
+            out.push(crate::api::PolicyViolation {
+                policy: r.policy.clone(),
+                rule: r.rule.clone(),
+                action: action.to_string(),
+                message,
+                addresses,
+            });
+        }
+        Ok(out)
+    }
+
     async fn perform(
         &self,
         object: &TerraformObject,
@@ -325,8 +378,13 @@ impl Driver {
                     parallelism: spec.parallelism,
                 };
                 let plan = session.plan(&request).await.map_err(fail(SubStep::Plan))?;
+                let mut violations = Vec::new();
                 if plan.has_changes {
                     let shown = session.show().await.map_err(fail(SubStep::Show))?;
+                    violations = self
+                        .check_policies(object, &shown.json)
+                        .await
+                        .map_err(fail(SubStep::Policy))?;
                     let stored = StoredPlan {
                         id: plan_id,
                         binary: plan.plan_file,
@@ -347,6 +405,7 @@ impl Driver {
                 Ok(Outcome::Planned {
                     has_changes: plan.has_changes,
                     summary: plan.summary,
+                    violations,
                 })
             }
             Step::Apply => {

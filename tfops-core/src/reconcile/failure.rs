@@ -30,6 +30,7 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
         (_, StepKind::Plan) => match sub {
             SubStep::Show => Reason::TFExecShowFailed,
             SubStep::Store => Reason::PlanStorageFailed,
+            SubStep::Policy => Reason::ValidationFailed,
             _ => Reason::TFExecPlanFailed,
         },
         (_, StepKind::Apply) => Reason::TFExecApplyFailed,
@@ -77,6 +78,7 @@ pub enum SubStep {
     Plan,
     Show,
     Store,
+    Policy,
     Apply,
     Output,
     Inventory,
@@ -103,6 +105,7 @@ impl SubStep {
             SubStep::Plan => "terraform plan",
             SubStep::Show => "terraform show",
             SubStep::Store => "storing the plan",
+            SubStep::Policy => "evaluating plan policies",
             SubStep::Apply => "terraform apply",
             SubStep::Output => "terraform output",
             SubStep::Inventory => "reading the state inventory",

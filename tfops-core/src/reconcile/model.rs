@@ -215,6 +215,8 @@ pub enum Outcome {
         has_changes: bool,
         /// Change counts.
         summary: PlanSummary,
+        /// What the policies found (plans with changes only).
+        violations: Vec<crate::api::PolicyViolation>,
     },
     /// The plan was applied.
     Applied,

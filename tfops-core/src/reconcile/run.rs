@@ -2,7 +2,7 @@
 //! outputs, health checks, cleanup (seed 000, "A reconciliation, step by step").
 
 use super::flow::{End, Flow, Run, Stop, go};
-use super::model::{Decision, Outcome, Snapshot, Step, StepKind};
+use super::model::{Decision, Outcome, Snapshot, Step, StepFailure, StepKind};
 use super::timing;
 use crate::api::{ApprovePlan, DriftAction, ValidSpec, ValidationErrors, annotations, validate};
 use crate::conditions::{ConditionStatus, ConditionType, Reason};
@@ -273,6 +273,7 @@ fn plan_and_apply(
     let Outcome::Planned {
         has_changes,
         summary,
+        violations,
     } = outcome
     else {
         return Flow::Go(());
@@ -282,6 +283,7 @@ fn plan_and_apply(
     run.st.last_plan_at = Some(at);
     let mut applied = false;
     if !has_changes {
+        run.st.policy_violations.clear();
         run.st.plan = clear_pending(std::mem::take(&mut run.st.plan));
         run.set(
             ConditionType::Plan,
@@ -322,6 +324,37 @@ fn plan_and_apply(
             Reason::TerraformPlannedWithChanges,
             planned.clone(),
         );
+        run.st.policy_violations = violations.clone();
+        let denied: Vec<&crate::api::PolicyViolation> =
+            violations.iter().filter(|v| v.action == "Deny").collect();
+        if !denied.is_empty() {
+            let list: Vec<String> = denied
+                .iter()
+                .map(|v| {
+                    let at = if v.addresses.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", v.addresses.join(", "))
+                    };
+                    format!("{}/{}: {}{at}", v.policy, v.rule, v.message)
+                })
+                .collect();
+            let failure = StepFailure {
+                reason: Reason::ValidationFailed,
+                message: crate::reconcile::trim_message(&format!(
+                    "plan {plan_id} is denied by policy: {}",
+                    list.join("; ")
+                )),
+                lock: None,
+            };
+            run.set(
+                ConditionType::Plan,
+                ConditionStatus::False,
+                failure.reason,
+                failure.message.clone(),
+            );
+            return Flow::Stop(Stop::End(End::Failed(failure)));
+        }
         match approval(run, valid, &plan_id, &digest) {
             Approval::Approved => {}
             Approval::PlanOnly => {

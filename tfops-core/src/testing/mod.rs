@@ -100,6 +100,8 @@ pub struct WorldState {
     pub sessions: usize,
     /// How many status writes succeeded.
     pub status_writes: usize,
+    /// `TerraformPolicy` objects.
+    pub policies: Vec<crate::policy::TerraformPolicy>,
     /// The current time.
     pub now: jiff::Timestamp,
     /// How far the clock moves at each reading.
@@ -147,7 +149,8 @@ impl FakeWorld {
             health: me.clone(),
             events: me.clone(),
             objects: me.clone(),
-            clock: me,
+            clock: me.clone(),
+            policies: me,
         }
     }
 

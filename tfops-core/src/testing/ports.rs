@@ -236,3 +236,19 @@ impl Clock for FakeWorld {
         now
     }
 }
+
+#[async_trait]
+impl crate::ports::PolicySource for FakeWorld {
+    async fn policies(
+        &self,
+        object: &TerraformObject,
+    ) -> Result<Vec<crate::policy::TerraformPolicy>, PortError> {
+        Ok(self
+            .lock()
+            .policies
+            .iter()
+            .filter(|p| p.metadata.namespace == object.metadata.namespace)
+            .cloned()
+            .collect())
+    }
+}

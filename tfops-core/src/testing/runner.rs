@@ -147,12 +147,41 @@ impl RunnerSession for FakeSession {
     async fn show(&mut self) -> Result<ShownPlan, PortError> {
         self.call(FakeOp::Show)?;
         let planned = self.planned.clone().unwrap_or_default();
+        let real = self
+            .world
+            .lock()
+            .infra
+            .get(&self.object)
+            .map(|i| i.real.clone())
+            .unwrap_or_default();
+        // The shape of `terraform show -json`: what plan policies read.
+        let mut addresses: Vec<&String> = planned.keys().chain(real.keys()).collect();
+        addresses.sort();
+        addresses.dedup();
+        let changes: Vec<serde_json::Value> = addresses
+            .into_iter()
+            .filter_map(|a| {
+                let (before, after) = (real.get(a), planned.get(a));
+                let action = match (before, after) {
+                    (None, Some(_)) => "create",
+                    (Some(_), None) => "delete",
+                    (Some(b), Some(n)) if b != n => "update",
+                    _ => return None,
+                };
+                let (kind, name) = a.split_once('.').unwrap_or(("", a));
+                Some(serde_json::json!({
+                    "address": a, "type": kind, "name": name, "mode": "managed",
+                    "change": {"actions": [action], "before": before, "after": after}
+                }))
+            })
+            .collect();
+        let doc = serde_json::json!({"format_version": "1.2", "resource_changes": changes});
         Ok(ShownPlan {
             readable: planned
                 .iter()
                 .map(|(k, v)| format!("{k} = {v}\n"))
                 .collect(),
-            json: serde_json::to_string(&planned).map_err(|e| PortError::Invalid(e.to_string()))?,
+            json: doc.to_string(),
         })
     }
 

@@ -72,6 +72,8 @@ pub struct Manifests {
     pub objects: Vec<Manifest>,
     /// Secrets and ConfigMaps: (namespace, name) → key → value.
     pub data: BTreeMap<(String, String), BTreeMap<String, String>>,
+    /// `TerraformPolicy` objects.
+    pub policies: Vec<tfops_core::policy::TerraformPolicy>,
 }
 
 #[derive(Deserialize)]
@@ -170,6 +172,17 @@ pub fn read(files: &[PathBuf]) -> Result<Manifests, ManifestError> {
                         spec: doc.spec,
                         base_dir: base_dir.clone(),
                     });
+                }
+                ("infra.argocd.io/v1alpha1", "TerraformPolicy") => {
+                    let mut policy: tfops_core::policy::TerraformPolicy =
+                        nth_document(&text, index)
+                            .map_err(|e| invalid(format!("document {}: {e}", index + 1)))?;
+                    if policy.metadata.namespace.is_empty() {
+                        policy.metadata.namespace = DEFAULT_NAMESPACE.into();
+                    }
+                    // Every expression is checked now, so a broken rule stops before any run.
+                    tfops_core::policy::compile(&policy).map_err(|e| invalid(e.to_string()))?;
+                    out.policies.push(policy);
                 }
                 ("v1", "Secret") | ("v1", "ConfigMap") => {
                     let doc: DataDoc =

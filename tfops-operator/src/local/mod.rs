@@ -189,6 +189,7 @@ impl Local {
         for m in &manifests.objects {
             world.bases.insert(m.key.clone(), m.base_dir.clone());
         }
+        world.policies = manifests.policies.clone();
         let mut persisted = BTreeMap::new();
         for m in &manifests.objects {
             let mut p = world.dir.load(&m.key)?.unwrap_or_default();
@@ -394,6 +395,7 @@ impl Local {
             events: self.world.clone(),
             objects: self.world.clone(),
             clock: Arc::new(SystemClock),
+            policies: self.world.clone(),
         };
         let driver = Driver::new(ports);
         let mut reports = Vec::new();

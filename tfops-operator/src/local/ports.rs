@@ -31,6 +31,8 @@ pub struct LocalWorld {
     pub data: BTreeMap<(String, String), BTreeMap<String, String>>,
     /// The directory each object's manifest came from.
     pub bases: BTreeMap<ObjectKey, PathBuf>,
+    /// `TerraformPolicy` objects from the manifests.
+    pub policies: Vec<tfops_core::policy::TerraformPolicy>,
     /// What is kept of each object.
     pub objects: Mutex<BTreeMap<ObjectKey, Persisted>>,
     artifacts: Mutex<BTreeMap<String, Artifact>>,
@@ -58,6 +60,7 @@ impl LocalWorld {
         Self {
             data,
             bases: BTreeMap::new(),
+            policies: Vec::new(),
             objects: Mutex::new(BTreeMap::new()),
             artifacts: Mutex::new(BTreeMap::new()),
             git: Arc::new(GitSource::new(&dir.root().join("cache/git"))),
@@ -463,5 +466,20 @@ impl ObjectWriter for LocalWorld {
             let p = lock(&self.objects).get(object).cloned().unwrap_or_default();
             self.dir.save(object, &p).map_err(store_err)
         }
+    }
+}
+
+#[async_trait]
+impl tfops_core::ports::PolicySource for LocalWorld {
+    async fn policies(
+        &self,
+        object: &TerraformObject,
+    ) -> Result<Vec<tfops_core::policy::TerraformPolicy>, PortError> {
+        Ok(self
+            .policies
+            .iter()
+            .filter(|p| p.metadata.namespace == object.metadata.namespace)
+            .cloned()
+            .collect())
     }
 }
