@@ -428,3 +428,44 @@ fn a_policy_in_the_manifests_blocks_a_plan_it_denies() {
     assert_eq!(out.code, 2, "a broken policy stops before any run");
     assert!(out.stderr.contains("chnge"), "{}", out.stderr);
 }
+
+#[test]
+fn policy_eval_prints_each_rule_and_fails_on_deny() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tfops-core/tests/fixtures/plan-delete-update-create.json");
+    let policy = "apiVersion: infra.argocd.io/v1alpha1\nkind: TerraformPolicy\nmetadata: { name: keep-data, namespace: team-a }\nspec:\n  rules:\n    - name: no-db-deletes\n      scope: Resource\n      expression: \"!(change.address.endsWith('.db') && 'delete' in change.actions)\"\n      messageExpression: \"change.address + ' would be deleted'\"\n";
+    std::fs::write(dir.path().join("deny.yaml"), policy).unwrap();
+    std::fs::write(
+        dir.path().join("ok.yaml"),
+        policy.replace(".db')", ".nothing')"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("notaplan.json"), "[1, 2]").unwrap();
+    let run = |policy: &str, plan: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
+            .args(["policy", "eval", "--policy", policy, "--plan"])
+            .arg(plan)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, _) = run("deny.yaml", &plan);
+    assert_eq!(code, Some(1));
+    assert!(
+        stdout.contains("no-db-deletes")
+            && stdout.contains("VIOLATED: terraform_data.db would be deleted (terraform_data.db)"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = run("ok.yaml", &plan);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("pass"), "{stdout}");
+    let (code, _, stderr) = run("ok.yaml", &dir.path().join("notaplan.json"));
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("not a Terraform plan"), "{stderr}");
+}

@@ -10,6 +10,7 @@
 //! tfops local destroy NAME
 //! tfops local unlock  NAME
 //! tfops source push   DIR oci://REGISTRY/REPOSITORY[:TAG] [--insecure]
+//! tfops policy eval   --policy FILE --plan PLAN.json [--object TERRAFORM.yaml]
 //! tfops runner        (the runner process; see tfops-runner --help)
 //! ```
 
@@ -31,6 +32,7 @@ const USAGE: &str = "usage:
   tfops local unlock  NAME
   tfops source push   DIR oci://REGISTRY/REPOSITORY[:TAG] [--insecure]
                       (credentials from TFOPS_REGISTRY_USERNAME and TFOPS_REGISTRY_PASSWORD)
+  tfops policy eval   --policy FILE [--policy FILE...] --plan PLAN.json [--object TERRAFORM.yaml]
   tfops runner        --grpc-port PORT --tls-dir DIR ...";
 
 fn parse(args: &[String]) -> anyhow::Result<(Options, Vec<String>)> {
@@ -145,6 +147,94 @@ async fn watch(local: &Local) -> anyhow::Result<bool> {
     }
 }
 
+/// Evaluates policies (YAML files of `TerraformPolicy` documents) against a plan JSON and
+/// prints the verdict of every rule; exits 1 when a Deny rule is violated.
+fn policy(args: &[String]) -> anyhow::Result<bool> {
+    use tfops_core::policy::{Action, Outcome, compile, evaluate};
+    use tfops_operator::local::manifest;
+    let Some(("eval", rest)) = args.split_first().map(|(a, rest)| (a.as_str(), rest)) else {
+        bail!("{USAGE}");
+    };
+    let (mut policies, mut plan, mut object) = (Vec::new(), None, None);
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{a} needs a value"))
+        };
+        match a.as_str() {
+            "--policy" => policies.push(PathBuf::from(value()?)),
+            "--plan" => plan = Some(PathBuf::from(value()?)),
+            "--object" => object = Some(PathBuf::from(value()?)),
+            other => bail!("unknown argument {other}\n{USAGE}"),
+        }
+    }
+    let plan_path = plan.context("--plan is required")?;
+    let read = manifest::read(&[policies, object.into_iter().collect()].concat())?;
+    let compiled = read
+        .policies
+        .iter()
+        .map(compile)
+        .collect::<Result<Vec<_>, _>>()?;
+    let text = std::fs::read_to_string(&plan_path)
+        .with_context(|| format!("reading {}", plan_path.display()))?;
+    let plan: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not JSON", plan_path.display()))?;
+    let target = match read.objects.first() {
+        Some(m) => tfops_core::api::TerraformObject {
+            metadata: tfops_core::api::ObjectMeta {
+                name: m.key.name.clone(),
+                namespace: m.key.namespace.clone(),
+                labels: m.labels.clone(),
+                ..Default::default()
+            },
+            spec: m.spec.clone(),
+            status: Default::default(),
+        },
+        // Without an object, every policy applies (as to an object of its own namespace).
+        None => tfops_core::api::TerraformObject {
+            metadata: tfops_core::api::ObjectMeta::default(),
+            spec: serde_json::from_value(
+                serde_json::json!({"sourceRef": {"kind": "Local", "url": "."}}),
+            )?,
+            status: Default::default(),
+        },
+    };
+    let mut all = Vec::new();
+    for p in &compiled {
+        let mut object = target.clone();
+        if read.objects.is_empty() {
+            object.metadata.namespace = p.namespace.clone();
+        }
+        all.extend(evaluate(std::slice::from_ref(p), &plan, &object)?.results);
+    }
+    println!("{:<20} {:<28} {:<5} RESULT", "POLICY", "RULE", "ACTION");
+    let mut denied = false;
+    for r in &all {
+        let action = if r.action == Action::Deny {
+            "Deny"
+        } else {
+            "Warn"
+        };
+        let result = match &r.outcome {
+            Outcome::Pass => "pass".to_string(),
+            Outcome::NotApplicable => "not applicable".to_string(),
+            Outcome::Violation { message, addresses } if addresses.is_empty() => {
+                format!("VIOLATED: {message}")
+            }
+            Outcome::Violation { message, addresses } => {
+                format!("VIOLATED: {message} ({})", addresses.join(", "))
+            }
+            Outcome::Error { message } => format!("ERROR: {message}"),
+        };
+        denied |= r.action == Action::Deny
+            && matches!(r.outcome, Outcome::Violation { .. } | Outcome::Error { .. });
+        println!("{:<20} {:<28} {:<5} {result}", r.policy, r.rule, action);
+    }
+    Ok(!denied)
+}
+
 /// Publishes a directory as an OCI artifact tfops can consume.
 async fn source(args: &[String]) -> anyhow::Result<bool> {
     let insecure = args.iter().any(|a| a == "--insecure");
@@ -177,6 +267,7 @@ async fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("local") => local(&args[1..]).await,
         Some("source") => source(&args[1..]).await,
+        Some("policy") => policy(&args[1..]),
         Some("runner") => match tfops_runner::process::parse_args(&args[1..]) {
             Ok(Some(a)) => tfops_runner::process::run(a)
                 .await
