@@ -7,4 +7,5 @@
 //! wiring `tfops-kube` comes with the Kubernetes issue.
 
 pub mod local;
+pub mod policy_test;
 pub mod sources;

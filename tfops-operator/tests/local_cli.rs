@@ -469,3 +469,49 @@ fn policy_eval_prints_each_rule_and_fails_on_deny() {
     assert_eq!(code, Some(2));
     assert!(stderr.contains("not a Terraform plan"), "{stderr}");
 }
+
+#[test]
+fn policy_test_checks_expectations_like_a_test_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tfops-core/tests/fixtures/plan-delete-update-create.json"),
+        dir.path().join("plan.json"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("policy.yaml"),
+        "apiVersion: infra.argocd.io/v1alpha1\nkind: TerraformPolicy\nmetadata: { name: keep-data, namespace: team-a }\nspec:\n  selector: { tier: prod }\n  rules:\n    - name: no-deletes\n      expression: \"deletes.size() == 0\"\n    - name: few-changes\n      action: Warn\n      expression: \"changes.size() <= 10\"\n",
+    )
+    .unwrap();
+    let cases = |expect_deletes: &str| {
+        format!(
+            "cases:\n  - name: the db delete\n    plan: plan.json\n    labels: {{ tier: prod }}\n    expect:\n      keep-data/no-deletes: {expect_deletes}\n      keep-data/few-changes: pass\n  - name: other tiers are not selected\n    plan: plan.json\n    expect:\n      keep-data/no-deletes: not-selected\n"
+        )
+    };
+    std::fs::write(dir.path().join("policy.test.yaml"), cases("violated")).unwrap();
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_tfops"))
+            .args(["policy", "test"])
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
+    std::fs::write(dir.path().join("policy.test.yaml"), cases("pass")).unwrap();
+    let out = run();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout.contains("FAIL") && stdout.contains("2 passed, 1 failed"),
+        "{stdout}"
+    );
+}

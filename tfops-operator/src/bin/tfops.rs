@@ -33,6 +33,7 @@ const USAGE: &str = "usage:
   tfops source push   DIR oci://REGISTRY/REPOSITORY[:TAG] [--insecure]
                       (credentials from TFOPS_REGISTRY_USERNAME and TFOPS_REGISTRY_PASSWORD)
   tfops policy eval   --policy FILE [--policy FILE...] --plan PLAN.json [--object TERRAFORM.yaml]
+  tfops policy test   DIR   (policies and *.test.yaml cases; see the README)
   tfops runner        --grpc-port PORT --tls-dir DIR ...";
 
 fn parse(args: &[String]) -> anyhow::Result<(Options, Vec<String>)> {
@@ -152,6 +153,28 @@ async fn watch(local: &Local) -> anyhow::Result<bool> {
 fn policy(args: &[String]) -> anyhow::Result<bool> {
     use tfops_core::policy::{Action, Outcome, compile, evaluate};
     use tfops_operator::local::manifest;
+    if let [verb, dir] = args
+        && verb == "test"
+    {
+        let checked = tfops_operator::policy_test::run(std::path::Path::new(dir))?;
+        println!(
+            "{:<40} {:<36} {:<15} {:<15} OK",
+            "CASE", "RULE", "EXPECTED", "GOT"
+        );
+        for c in &checked {
+            println!(
+                "{:<40} {:<36} {:<15} {:<15} {}",
+                c.case,
+                c.rule,
+                c.expected,
+                c.got,
+                if c.ok() { "ok" } else { "FAIL" }
+            );
+        }
+        let failed = checked.iter().filter(|c| !c.ok()).count();
+        println!("\n{} passed, {failed} failed", checked.len() - failed);
+        return Ok(failed == 0 && !checked.is_empty());
+    }
     let Some(("eval", rest)) = args.split_first().map(|(a, rest)| (a.as_str(), rest)) else {
         bail!("{USAGE}");
     };
