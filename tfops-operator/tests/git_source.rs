@@ -2,10 +2,13 @@
 //! forced push, unknown refs and an unreachable host; then local mode on a GitRepository.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::Duration;
 
+use common::{Server, free_port, serve};
 use tfops_core::api::SourceRevisionRef;
 use tfops_operator::sources::git::{GitCredentials, GitError, GitSource};
 
@@ -39,21 +42,13 @@ fn commit(repo: &Path, file: &str, content: &str) -> String {
 }
 
 struct Daemon {
-    child: Child,
-    port: u16,
+    server: Server,
     root: tempfile::TempDir,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Daemon {
     fn url(&self, repo: &str) -> String {
-        format!("git://127.0.0.1:{}/{repo}", self.port)
+        format!("git://127.0.0.1:{}/{repo}", self.server.port)
     }
     fn repo(&self, name: &str) -> PathBuf {
         self.root.path().join(name)
@@ -86,14 +81,11 @@ fn daemon() -> Daemon {
     );
     git(&repo, &["tag", "v2.0.0"]);
     git(&repo, &["branch", "dev", "v1.0.0"]);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     // The daemon binary itself (not the `git daemon` wrapper), so that killing it stops it.
     let exec_path = git(root.path(), &["--exec-path"]);
-    let child = Command::new(Path::new(&exec_path).join("git-daemon"))
+    let mut command = Command::new(Path::new(&exec_path).join("git-daemon"));
+    command
         .args([
             "--reuseaddr",
             "--export-all",
@@ -101,19 +93,11 @@ fn daemon() -> Daemon {
             &format!("--port={port}"),
         ])
         .arg(format!("--base-path={}", root.path().display()))
-        .arg(root.path())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+        .arg(root.path());
+    Daemon {
+        server: serve(command, || Some(port)),
+        root,
     }
-    Daemon { child, port, root }
 }
 
 fn reference(j: serde_json::Value) -> SourceRevisionRef {
@@ -294,46 +278,27 @@ fn local_mode_reconciles_a_git_repository() {
     );
 }
 
-struct HttpServer {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn http_server(root: &Path) -> HttpServer {
+fn http_server(root: &Path) -> Server {
     serve_http(root, &[])
 }
 
-fn serve_http(root: &Path, tls: &[&Path]) -> HttpServer {
+fn serve_http(root: &Path, tls: &[&Path]) -> Server {
     let port_file = root.join("port");
     let _ = std::fs::remove_file(&port_file);
-    let mut child = Command::new("python3")
+    let mut command = Command::new("python3");
+    command
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/git_http_server.py"))
         .arg(root)
         .args(["alice", "s3cret-token"])
         .arg(&port_file)
-        .args(tls)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if let Ok(p) = std::fs::read_to_string(&port_file)
-            && let Ok(port) = p.trim().parse()
-        {
-            return HttpServer { child, port };
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("the git HTTP server did not start");
+        .args(tls);
+    serve(command, || {
+        std::fs::read_to_string(&port_file)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 #[test]
@@ -419,16 +384,8 @@ fn dir_size(dir: &Path) -> u64 {
 }
 
 struct Sshd {
-    child: Child,
-    port: u16,
+    server: Server,
     dir: tempfile::TempDir,
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn keygen(path: &Path, passphrase: &str) {
@@ -468,11 +425,7 @@ fn sshd() -> Sshd {
     ]
     .concat();
     std::fs::write(d.join("authorized_keys"), authorized).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
     std::fs::write(
         d.join("sshd_config"),
@@ -484,29 +437,19 @@ fn sshd() -> Sshd {
     )
     .unwrap();
     std::fs::create_dir_all("/run/sshd").unwrap();
-    let mut child = Command::new("/usr/sbin/sshd")
-        .args(["-D", "-e", "-f"])
-        .arg(d.join("sshd_config"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("sshd (Debian package openssh-server)");
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Sshd { child, port, dir };
-        }
-        std::thread::sleep(Duration::from_millis(25));
+    let mut command = Command::new("/usr/sbin/sshd");
+    command.args(["-D", "-e", "-f"]).arg(d.join("sshd_config"));
+    Sshd {
+        server: serve(command, || Some(port)),
+        dir,
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("sshd did not start");
 }
 
 impl Sshd {
     fn known_hosts(&self, key: &str) -> String {
         format!(
             "[127.0.0.1]:{} {}",
-            self.port,
+            self.server.port,
             std::fs::read_to_string(self.dir.path().join(format!("{key}.pub"))).unwrap()
         )
     }
@@ -525,7 +468,11 @@ impl Sshd {
 fn ssh_with_a_key_and_known_hosts_and_what_is_refused() {
     let d = daemon();
     let s = sshd();
-    let url = format!("ssh://127.0.0.1:{}{}", s.port, d.repo("infra").display());
+    let url = format!(
+        "ssh://127.0.0.1:{}{}",
+        s.server.port,
+        d.repo("infra").display()
+    );
     let src = GitSource::new(tempfile::tempdir().unwrap().path());
     let main = reference(serde_json::json!({"branch": "main"}));
     let known = s.known_hosts("host");

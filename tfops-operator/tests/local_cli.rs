@@ -1,41 +1,12 @@
 //! The `tfops local` command line end to end, with a real terraform through the real runner.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn terraform() -> PathBuf {
-    std::env::var_os("TFOPS_TERRAFORM")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("PATH").and_then(|p| {
-                std::env::split_paths(&p)
-                    .map(|d| d.join("terraform"))
-                    .find(|p| p.is_file())
-            })
-        })
-        .expect("a real terraform: run scripts/install-terraform and set TFOPS_TERRAFORM")
-}
+use std::path::Path;
+use std::process::Command;
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn tfops(dir: &Path, args: &[&str]) -> Out {
-    let out: Output = Command::new(env!("CARGO_BIN_EXE_tfops"))
-        .args(args)
-        .current_dir(dir)
-        .env("TFOPS_TERRAFORM", terraform())
-        .output()
-        .unwrap();
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
+use common::{terraform, tfops};
 
 const CONFIG: &str = r#"
 variable "n" {
