@@ -4,65 +4,51 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use tfops_core::api::SourceRevisionRef;
 use tfops_operator::sources::oci::{OciCredentials, OciError, OciSource};
 
+mod common;
+use common::{Server, free_port, serve, tfops};
+
+/// A running registry and the directory holding its config and storage.
 struct Registry {
-    child: Child,
-    port: u16,
+    server: Server,
+    /// Its config and storage (the tampering test edits blobs here).
     dir: tempfile::TempDir,
 }
 
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts `docker-registry` in `dir` on `port`, with `extra` appended to its `http:`-level
+/// config (TLS, auth).
+fn start_registry(dir: tempfile::TempDir, port: u16, extra: &str) -> Registry {
+    let config = format!(
+        "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n{extra}",
+        dir.path().join("data").display()
+    );
+    std::fs::write(dir.path().join("config.yml"), config).unwrap();
+    let mut command = Command::new("docker-registry");
+    command.arg("serve").arg(dir.path().join("config.yml"));
+    let server = serve(command, || Some(port));
+    Registry { server, dir }
 }
 
 /// A registry on a free loopback port; with `auth`, only alice/wonderland may use it.
 fn registry(auth: bool) -> Registry {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut config = format!(
-        "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
-        dir.path().join("data").display()
-    );
+    let mut extra = String::new();
     if auth {
         let out = Command::new("htpasswd")
             .args(["-Bbn", "alice", "wonderland"])
             .output()
             .expect("htpasswd (apache2-utils)");
         std::fs::write(dir.path().join("htpasswd"), &out.stdout).unwrap();
-        config.push_str(&format!(
+        extra = format!(
             "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
             dir.path().join("htpasswd").display()
-        ));
+        );
     }
-    std::fs::write(dir.path().join("config.yml"), config).unwrap();
-    let mut child = Command::new("docker-registry")
-        .arg("serve")
-        .arg(dir.path().join("config.yml"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("docker-registry (Debian package docker-registry)");
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Registry { child, port, dir };
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("the registry did not start");
+    start_registry(dir, free_port(), &extra)
 }
 
 fn tree(content: &str) -> tempfile::TempDir {
@@ -82,7 +68,7 @@ fn read(dest: &Path) -> String {
 #[tokio::test]
 async fn push_resolve_pull_by_tag_and_semver() {
     let r = registry(false);
-    let url = format!("oci://127.0.0.1:{}/platform/network", r.port);
+    let url = format!("oci://127.0.0.1:{}/platform/network", r.server.port);
     let oci = OciSource::new(true);
     let none = OciCredentials::default();
     let mut digests = Vec::new();
@@ -162,7 +148,7 @@ async fn push_resolve_pull_by_tag_and_semver() {
 #[tokio::test]
 async fn a_tampered_layer_is_refused_and_nothing_is_extracted() {
     let r = registry(false);
-    let url = format!("oci://127.0.0.1:{}/platform/network", r.port);
+    let url = format!("oci://127.0.0.1:{}/platform/network", r.server.port);
     let oci = OciSource::new(true);
     let none = OciCredentials::default();
     let digest = oci
@@ -203,7 +189,7 @@ fn tfops_core_archive(dir: &Path) -> Vec<u8> {
 #[tokio::test]
 async fn htpasswd_authentication_is_required_and_honoured() {
     let r = registry(true);
-    let url = format!("oci://127.0.0.1:{}/platform/network", r.port);
+    let url = format!("oci://127.0.0.1:{}/platform/network", r.server.port);
     let oci = OciSource::new(true);
     let alice = OciCredentials {
         username: Some("alice".into()),
@@ -250,42 +236,29 @@ fn tfops_source_push_then_local_mode_on_an_oci_repository() {
     let infra = tree(
         "resource \"terraform_data\" \"a\" {\n  input = \"from-oci\"\n}\noutput \"a\" {\n  value = terraform_data.a.output\n}\n",
     );
-    let target = format!("oci://127.0.0.1:{}/platform/network:v1.0.0", r.port);
-    let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
-        .args(["source", "push"])
-        .arg(infra.path())
-        .args([&target, "--insecure"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let target = format!("oci://127.0.0.1:{}/platform/network:v1.0.0", r.server.port);
+    let out = tfops(
+        Path::new("."),
+        &[
+            "source",
+            "push",
+            infra.path().to_str().unwrap(),
+            &target,
+            "--insecure",
+        ],
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("@sha256:"));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("@sha256:"));
 
     let project = tempfile::tempdir().unwrap();
     let yaml = format!(
         "apiVersion: infra.argocd.io/v1alpha1\nkind: Terraform\nmetadata:\n  name: net\n  namespace: demo\nspec:\n  sourceRef:\n    kind: OCIRepository\n    url: oci://127.0.0.1:{}/platform/network\n    insecure: true\n    ref:\n      semver: \">=1.0.0\"\n  approvePlan: auto\n",
-        r.port
+        r.server.port
     );
     std::fs::write(project.path().join("terraform.yaml"), yaml).unwrap();
-    let terraform = std::env::var_os("TFOPS_TERRAFORM")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| "terraform".into());
-    let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
-        .args(["local", "apply", "-f", "terraform.yaml"])
-        .current_dir(project.path())
-        .env("TFOPS_TERRAFORM", terraform)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tfops(project.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    let stdout = &out.stdout;
+    assert_eq!(out.code, 0, "{stdout}{}", out.stderr);
     assert!(stdout.contains(r#"a="from-oci""#), "{stdout}");
     assert!(stdout.contains("v1.0.0@sha256:"), "{stdout}");
 }
@@ -311,29 +284,12 @@ async fn a_registry_with_a_private_ca_is_trusted_only_with_that_ca() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("tls.crt"), cert.pem()).unwrap();
     std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let config = format!(
-        "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {d}/data\nhttp:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {d}/tls.crt\n    key: {d}/tls.key\n",
+    let tls = format!(
+        "  tls:\n    certificate: {d}/tls.crt\n    key: {d}/tls.key\n",
         d = dir.path().display()
     );
-    std::fs::write(dir.path().join("config.yml"), config).unwrap();
-    let mut child = Command::new("docker-registry")
-        .arg("serve")
-        .arg(dir.path().join("config.yml"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
+    let registry = start_registry(dir, free_port(), &tls);
+    let port = registry.server.port;
     let url = format!("oci://127.0.0.1:{port}/platform/network");
     let none = OciCredentials::default();
     let trusted = OciSource::with_ca(false, Some(&ca_cert.pem()));
@@ -343,8 +299,7 @@ async fn a_registry_with_a_private_ca_is_trusted_only_with_that_ca() {
     let refused = OciSource::new(false)
         .resolve(&url, &reference(serde_json::json!({"tag": "v1"})), &none)
         .await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(registry);
     let digest = pushed.unwrap();
     assert!(digest.starts_with("sha256:"));
     assert!(
