@@ -17,6 +17,7 @@
 
 pub mod api;
 pub mod conditions;
+pub mod digest;
 pub mod duration;
 pub mod inputs;
 pub mod naming;

@@ -382,11 +382,7 @@ impl Runner for RunnerService {
         file.flush()
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
-        let actual: String = hasher
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let actual = tfops_core::digest::hex(&hasher.finalize());
         if actual != declared {
             let _ = tokio::fs::remove_file(&tmp).await;
             return Err(Status::invalid_argument(format!(

@@ -312,13 +312,7 @@ async fn an_archive_with_a_path_escape_is_refused() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     std::io::Write::write_all(&mut gz, &raw).unwrap();
     let data = gz.finish().unwrap();
-    let sha256: String = {
-        use sha2::Digest;
-        sha2::Sha256::digest(&data)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    };
+    let sha256 = tfops_core::digest::sha256_hex(&data);
     let request = SetupRequest {
         object: object(""),
         artifact: Artifact {

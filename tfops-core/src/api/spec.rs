@@ -170,11 +170,7 @@ impl TerraformSpec {
         spec.approve_plan.clear();
         // Serializing plain data (maps are BTreeMaps) cannot fail and is deterministic.
         let bytes = serde_json::to_vec(&spec).unwrap_or_default();
-        Sha256::digest(&bytes)
-            .iter()
-            .take(8)
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        crate::digest::hex(&Sha256::digest(&bytes)[..8])
     }
 }
 

@@ -41,13 +41,4 @@ pub use format::{
     FORMAT_VERSION, PlanIndex, SECRET_DATA_LIMIT,
 };
 
-/// Lowercase hex of bytes.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    out
-}
+pub(crate) use crate::digest::hex;

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sha2::{Digest, Sha256};
 
 use super::{FakeOp, FakeSession, FakeWorld, add};
 use crate::api::{
@@ -45,10 +44,7 @@ impl SourcePort for FakeWorld {
             .get(revision.sha())
             .ok_or_else(|| PortError::NotFound(format!("revision {revision} does not exist")))?;
         let data = serde_json::to_vec(tree).map_err(|e| PortError::Invalid(e.to_string()))?;
-        let sha256 = Sha256::digest(&data)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let sha256 = crate::digest::sha256_hex(&data);
         Ok(Artifact {
             sha256,
             data: Arc::new(data),

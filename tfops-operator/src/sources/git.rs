@@ -511,7 +511,7 @@ impl GitSource {
 
     fn repo_dir(&self, url: &str) -> PathBuf {
         let digest = Sha256::digest(url.as_bytes());
-        let name: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+        let name = tfops_core::digest::hex(&digest[..12]);
         self.cache_root.join(name)
     }
 

@@ -8,7 +8,6 @@ use std::path::Path;
 use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
-use sha2::{Digest, Sha256};
 use tfops_core::api::SourceRevisionRef;
 use tfops_core::source::refs::{semver_range, tag_version};
 use tfops_core::source::{ExtractLimits, build_archive, extract};
@@ -275,7 +274,7 @@ impl OciSource {
                 found: format!("{} layers", image.layers.len()),
             });
         };
-        let actual = format!("sha256:{}", tfops_core_hex(&Sha256::digest(&layer.data)));
+        let actual = format!("sha256:{}", tfops_core::digest::sha256_hex(&layer.data));
         if actual != expected {
             return Err(OciError::DigestMismatch {
                 reference: at,
@@ -324,10 +323,6 @@ impl OciSource {
             .await
             .map_err(|e| registry_error(&at, &e))
     }
-}
-
-fn tfops_core_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The credentials a `kubernetes.io/dockerconfigjson` Secret's `.dockerconfigjson` holds for
