@@ -186,3 +186,27 @@ fn macros_and_their_loop_variables_compile() {
         verdict.results
     );
 }
+
+#[test]
+fn helpers_select_changes_by_type_and_action() {
+    // The fixture plan deletes terraform_data.db, updates .web and creates .cache (no-ops aside).
+    let rules = json!({"rules": [
+        {"name": "of-type", "expression": "changes.ofType('terraform_data').size() == changes.size()"},
+        {"name": "of-other-type", "expression": "changes.ofType('aws_s3_bucket').size() == 0"},
+        {"name": "deletes", "expression": "changed.filter(c, c.isDelete()).map(c, c.address) == deletes.map(c, c.address)"},
+        {"name": "creates", "expression": "changed.filter(c, c.isCreate() && !c.isReplace()).map(c, c.address) == creates.map(c, c.address)"},
+        {"name": "updates", "expression": "changed.filter(c, c.isUpdate()).map(c, c.address) == updates.map(c, c.address)"},
+        {"name": "as-functions", "expression": "changed.all(c, isDelete(c) || isCreate(c) || isUpdate(c))"},
+        {"name": "changed-skips-no-ops", "expression": "changed.all(c, !('no-op' in c.actions)) && changed.size() == 3"},
+        {"name": "strings-extension", "expression": "changed.map(c, c.name).join(',').size() > 0"},
+        {"name": "regex", "expression": "changed.all(c, c.address.matches('^terraform_data[.][a-z]+$'))"}
+    ]});
+    let p = compile(&policy(rules)).unwrap();
+    let mut object = common::object("app", json!({}));
+    object.metadata.namespace = "team-a".into();
+    let verdict = evaluate(&[p], &plan(), &object).unwrap();
+    for r in &verdict.results {
+        assert_eq!(r.outcome, Outcome::Pass, "{}", r.rule);
+    }
+    assert_eq!(verdict.results.len(), 9);
+}

@@ -6,8 +6,9 @@
 //! cases:
 //!   - name: deleting the database is denied
 //!     plan: fixtures/delete-db.json        # terraform show -json output, relative to the file
-//!     namespace: team-a                    # default: each policy's own namespace
-//!     labels: { tier: prod }               # the object's labels, for selectors
+//!     object: objects/orders.yaml          # optional: the Terraform object (spec, labels, ns)
+//!     namespace: team-a                    # default: the object's, else each policy's own
+//!     labels: { tier: prod }               # added to the object's labels, for selectors
 //!     expect:
 //!       keep-data/no-db-deletes: violated  # pass | violated | error | not-applicable
 //! ```
@@ -46,6 +47,8 @@ struct Cases {
 struct Case {
     name: String,
     plan: PathBuf,
+    #[serde(default)]
+    object: Option<PathBuf>,
     #[serde(default)]
     namespace: Option<String>,
     #[serde(default)]
@@ -121,24 +124,38 @@ pub fn run(dir: &Path) -> Result<Vec<Checked>, PolicyTestError> {
             let plan_text = std::fs::read_to_string(&plan_path).map_err(|e| err(&plan_path, e))?;
             let plan: serde_json::Value =
                 serde_json::from_str(&plan_text).map_err(|e| err(&plan_path, e))?;
+            let given = match &case.object {
+                Some(path) => {
+                    let path = base.join(path);
+                    let read = crate::local::manifest::read(std::slice::from_ref(&path))?;
+                    let Some(m) = read.objects.first() else {
+                        return Err(err(&path, "holds no Terraform object"));
+                    };
+                    Some(m.object())
+                }
+                None => None,
+            };
             let mut results = BTreeMap::new();
             for p in &compiled {
-                let object = TerraformObject {
-                    metadata: ObjectMeta {
-                        name: "test".into(),
-                        namespace: case
-                            .namespace
-                            .clone()
-                            .unwrap_or_else(|| p.namespace.clone()),
-                        labels: case.labels.clone(),
-                        ..ObjectMeta::default()
+                let mut object = match &given {
+                    Some(o) => o.clone(),
+                    None => TerraformObject {
+                        metadata: ObjectMeta {
+                            name: "test".into(),
+                            namespace: p.namespace.clone(),
+                            ..ObjectMeta::default()
+                        },
+                        spec: serde_json::from_value(
+                            serde_json::json!({"sourceRef": {"kind": "Local", "url": "."}}),
+                        )
+                        .map_err(|e| err(&file, e))?,
+                        status: Default::default(),
                     },
-                    spec: serde_json::from_value(
-                        serde_json::json!({"sourceRef": {"kind": "Local", "url": "."}}),
-                    )
-                    .map_err(|e| err(&file, e))?,
-                    status: Default::default(),
                 };
+                if let Some(ns) = &case.namespace {
+                    object.metadata.namespace = ns.clone();
+                }
+                object.metadata.labels.extend(case.labels.clone());
                 let verdict = evaluate(std::slice::from_ref(p), &plan, &object)
                     .map_err(|e| err(&plan_path, e))?;
                 for r in verdict.results {

@@ -2,6 +2,7 @@
 
 use cel::{Context, ExecutionError, Program, Value};
 
+use super::context::{BUILT_IN, base_context, change_json, json_value};
 use super::types::{Action, Rule, Scope, TerraformPolicy};
 use crate::api::TerraformObject;
 
@@ -139,11 +140,6 @@ pub fn compile(policy: &TerraformPolicy) -> Result<CompiledPolicy, PolicyError> 
     Ok(compiled)
 }
 
-/// The names every expression may use, besides the policy's variables and loop variables.
-const BUILT_IN: &[&str] = &[
-    "plan", "object", "changes", "creates", "updates", "deletes", "replaces", "change",
-];
-
 /// The loop variables an expression binds with the comprehension macros (`x` in
 /// `list.all(x, ...)`).
 fn loop_variables(source: &str) -> Vec<String> {
@@ -238,62 +234,6 @@ fn dry_run(policy: &CompiledPolicy) -> Result<(), PolicyError> {
         }
     }
     Ok(())
-}
-
-fn json_value(v: &serde_json::Value) -> Value {
-    cel::to_value(v).unwrap_or(Value::Null)
-}
-
-/// One change as rules see it.
-fn change_json(rc: &serde_json::Value) -> serde_json::Value {
-    serde_json::json!({
-        "address": rc["address"].as_str().unwrap_or_default(),
-        "type": rc["type"].as_str().unwrap_or_default(),
-        "name": rc["name"].as_str().unwrap_or_default(),
-        "mode": rc["mode"].as_str().unwrap_or_default(),
-        "actions": rc["change"]["actions"].clone(),
-        "before": rc["change"]["before"].clone(),
-        "after": rc["change"]["after"].clone(),
-    })
-}
-
-fn changes(plan: &serde_json::Value) -> Vec<serde_json::Value> {
-    plan["resource_changes"]
-        .as_array()
-        .map(|a| a.iter().map(change_json).collect())
-        .unwrap_or_default()
-}
-
-fn has_action(change: &serde_json::Value, action: &str) -> bool {
-    change["actions"]
-        .as_array()
-        .is_some_and(|a| a.iter().any(|x| x == action))
-}
-
-fn base_context<'a>(plan: &serde_json::Value, spec: &serde_json::Value) -> Context<'a, 'static> {
-    let all = changes(plan);
-    let filter = |f: &dyn Fn(&serde_json::Value) -> bool| -> serde_json::Value {
-        serde_json::Value::Array(all.iter().filter(|c| f(c)).cloned().collect())
-    };
-    let mut ctx = Context::default();
-    ctx.add_variable_from_value("plan", json_value(plan));
-    ctx.add_variable_from_value("object", json_value(spec));
-    ctx.add_variable_from_value(
-        "creates",
-        json_value(&filter(&|c| {
-            has_action(c, "create") && !has_action(c, "delete")
-        })),
-    );
-    ctx.add_variable_from_value("updates", json_value(&filter(&|c| has_action(c, "update"))));
-    ctx.add_variable_from_value("deletes", json_value(&filter(&|c| has_action(c, "delete"))));
-    ctx.add_variable_from_value(
-        "replaces",
-        json_value(&filter(&|c| {
-            has_action(c, "delete") && has_action(c, "create")
-        })),
-    );
-    ctx.add_variable_from_value("changes", json_value(&serde_json::Value::Array(all)));
-    ctx
 }
 
 /// What a rule found.

@@ -13,10 +13,20 @@
 //! | `plan` | the whole `terraform show -json` document |
 //! | `object` | the `Terraform` object's spec |
 //! | `changes` | every resource change: `{address, type, name, mode, actions, before, after}` |
-//! | `creates`, `updates`, `deletes`, `replaces` | the changes whose actions are those |
+//! | `changed` | the changes that do something (not `no-op`, not `read`) |
+//! | `creates`, `updates`, `deletes`, `replaces` | the changes whose actions are those (`deletes` includes replacements, `creates` does not) |
 //! | `change` | the change a `scope: Resource` rule is looking at |
 //! | the policy's `variables` | computed once, in order |
+//!
+//! Helper functions (also callable as methods):
+//!
+//! | function | what |
+//! | --- | --- |
+//! | `list.ofType("aws_db_instance")` | the changes of one resource type |
+//! | `change.isDelete()`, `isCreate()` | the change deletes / creates (a replacement does both) |
+//! | `change.isUpdate()`, `isReplace()` | the change updates in place / replaces |
 
+mod context;
 mod engine;
 mod types;
 

@@ -205,16 +205,7 @@ fn policy(args: &[String]) -> anyhow::Result<bool> {
     let plan: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("{} is not JSON", plan_path.display()))?;
     let target = match read.objects.first() {
-        Some(m) => tfops_core::api::TerraformObject {
-            metadata: tfops_core::api::ObjectMeta {
-                name: m.key.name.clone(),
-                namespace: m.key.namespace.clone(),
-                labels: m.labels.clone(),
-                ..Default::default()
-            },
-            spec: m.spec.clone(),
-            status: Default::default(),
-        },
+        Some(m) => m.object(),
         // Without an object, every policy applies (as to an object of its own namespace).
         None => tfops_core::api::TerraformObject {
             metadata: tfops_core::api::ObjectMeta::default(),

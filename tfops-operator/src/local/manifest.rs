@@ -65,6 +65,23 @@ pub struct Manifest {
     pub base_dir: PathBuf,
 }
 
+impl Manifest {
+    /// The object as the cluster would hold it before its first reconcile (no status).
+    pub fn object(&self) -> tfops_core::api::TerraformObject {
+        tfops_core::api::TerraformObject {
+            metadata: tfops_core::api::ObjectMeta {
+                name: self.key.name.clone(),
+                namespace: self.key.namespace.clone(),
+                labels: self.labels.clone(),
+                annotations: self.annotations.clone(),
+                ..Default::default()
+            },
+            spec: self.spec.clone(),
+            status: Default::default(),
+        }
+    }
+}
+
 /// Everything read from the files.
 #[derive(Debug, Clone, Default)]
 pub struct Manifests {

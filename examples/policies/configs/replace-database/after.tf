@@ -1,0 +1,16 @@
+# Changing the engine forces a new database: the plan replaces it (delete, then create).
+locals {
+  tags = { owner = "payments", "cost-center" = "cc-1234" }
+}
+
+resource "aws_db_instance" "orders" {
+  identifier     = "orders"
+  engine         = "aurora-postgresql"
+  instance_class = "db.t4g.micro"
+  tags           = local.tags
+}
+
+resource "aws_s3_bucket" "invoices" {
+  bucket = "payments-invoices"
+  tags   = local.tags
+}
