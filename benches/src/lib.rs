@@ -143,3 +143,49 @@ pub fn source_tree(
     std::fs::write(root.join("old.tf.bak"), b"ignored")?;
     Ok(".terraform/\n*.bak\n")
 }
+
+/// The directory of the starter policies and their fixture plans.
+pub fn starter_policies_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies")
+}
+
+/// A plan JSON document with `changes` resource changes, built from the resource changes of
+/// the starter policies' fixtures (real `terraform show -json` output) by repeating them under
+/// new addresses: the same shapes, actions and values Terraform writes, at a size no fixture
+/// configuration is worth planning for real.
+pub fn plan_with_changes(changes: usize) -> Result<Vec<u8>, String> {
+    let dir = starter_policies_dir().join("fixtures");
+    let mut templates = Vec::new();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    let mut base = None;
+    for path in entries {
+        let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let plan: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some(rc) = plan["resource_changes"].as_array() {
+            templates.extend(rc.iter().cloned());
+        }
+        base.get_or_insert(plan);
+    }
+    let mut plan = base.ok_or("no fixture plans")?;
+    if templates.is_empty() {
+        return Err("the fixture plans have no resource changes".into());
+    }
+    let rc: Vec<serde_json::Value> = (0..changes)
+        .map(|i| {
+            let mut c = templates[i % templates.len()].clone();
+            let name = format!("r{i}");
+            let ty = c["type"].as_str().unwrap_or("terraform_data").to_string();
+            c["name"] = name.clone().into();
+            c["address"] = format!("{ty}.{name}").into();
+            c
+        })
+        .collect();
+    plan["resource_changes"] = rc.into();
+    serde_json::to_vec(&plan).map_err(|e| e.to_string())
+}

@@ -210,3 +210,98 @@ fn helpers_select_changes_by_type_and_action() {
     }
     assert_eq!(verdict.results.len(), 9);
 }
+
+#[test]
+fn a_variable_may_not_hide_a_built_in_name() {
+    let err = compile(&policy(json!({
+        "variables": [{"name": "change", "expression": "1"}],
+        "rules": [{"name": "r", "expression": "true"}]
+    })))
+    .unwrap_err();
+    assert!(
+        matches!(err, PolicyError::Reserved { ref name, .. } if name == "change"),
+        "{err}"
+    );
+}
+
+mod type_prefilter {
+    //! A `scope: Resource` rule whose first match condition tests `change.type` only visits
+    //! changes of those types; the outcome must be exactly what visiting every change gives.
+    //! The same rule with the type test written so it is not recognised (`change.type + ""`)
+    //! visits every change, and both must agree on random plans.
+    use super::*;
+    use proptest::prelude::*;
+
+    const TYPES: &[&str] = &[
+        "aws_db_instance",
+        "aws_s3_bucket",
+        "aws_instance",
+        "null_resource",
+    ];
+    const ACTIONS: &[&[&str]] = &[
+        &["create"],
+        &["delete"],
+        &["update"],
+        &["no-op"],
+        &["delete", "create"],
+    ];
+
+    fn plan_of(changes: &[(usize, usize, bool)]) -> serde_json::Value {
+        let rc: Vec<_> = changes
+            .iter()
+            .enumerate()
+            .map(|(i, (t, a, tagged))| {
+                let after = if ACTIONS[*a] == ["delete"] {
+                    serde_json::Value::Null
+                } else if *tagged {
+                    json!({"tags": {"owner": "x"}, "size": i})
+                } else {
+                    json!({"tags": null, "size": i})
+                };
+                json!({"address": format!("{}.r{i}", TYPES[*t]), "type": TYPES[*t], "name": format!("r{i}"),
+                       "mode": "managed", "change": {"actions": ACTIONS[*a], "before": null, "after": after}})
+            })
+            .collect();
+        json!({"format_version": "1.2", "resource_changes": rc})
+    }
+
+    fn rule(first: &str) -> serde_json::Value {
+        json!({"name": "r", "scope": "Resource",
+               "matchConditions": [{"name": "t", "expression": first},
+                                   {"name": "kept", "expression": "change.after != null"}],
+               "expression": "change.after.tags != null && 'owner' in change.after.tags",
+               "messageExpression": "change.address"})
+    }
+
+    fn outcome(first: &str, plan: &serde_json::Value) -> Outcome {
+        let p = compile(&policy(json!({
+            "variables": [{"name": "kinds", "expression": "['aws_db_instance', 'aws_s3_bucket']"}],
+            "rules": [rule(first)]
+        })))
+        .unwrap();
+        let mut object = common::object("app", json!({}));
+        object.metadata.namespace = "team-a".into();
+        evaluate(&[p], plan, &object).unwrap().results[0]
+            .outcome
+            .clone()
+    }
+
+    proptest! {
+        #[test]
+        fn skipping_other_types_changes_nothing(
+            changes in proptest::collection::vec((0..TYPES.len(), 0..ACTIONS.len(), any::<bool>()), 0..24)
+        ) {
+            let plan = plan_of(&changes);
+            for (fast, slow) in [
+                ("change.type == 'aws_instance'", "change.type + '' == 'aws_instance'"),
+                ("'aws_instance' == change.type", "change.type + '' == 'aws_instance'"),
+                ("change.type in kinds", "change.type + '' in kinds"),
+                ("change.type in ['aws_s3_bucket', 'null_resource']", "change.type + '' in ['aws_s3_bucket', 'null_resource']"),
+                ("change.isCreate() && change.type in kinds", "change.isCreate() && change.type + '' in kinds"),
+                ("change.type in kinds && change.after.size > 3", "change.type + '' in kinds && change.after.size > 3"),
+            ] {
+                prop_assert_eq!(outcome(fast, &plan), outcome(slow, &plan), "{}", fast);
+            }
+        }
+    }
+}

@@ -2,7 +2,8 @@
 
 use cel::{Context, ExecutionError, Program, Value};
 
-use super::context::{BUILT_IN, base_context, change_json, json_value};
+use super::context::{BUILT_IN, PlanData, PolicyScope, base_context};
+use super::prefilter::{Types, strings, types_of};
 use super::types::{Action, Rule, Scope, TerraformPolicy};
 use crate::api::TerraformObject;
 
@@ -33,6 +34,14 @@ pub enum PolicyError {
         /// The undefined name.
         reference: String,
     },
+    /// A variable is named like a built-in name (`plan`, `change`, ...), which it would hide.
+    #[error("policy {policy}: variable {name:?} has the name of a built-in; rename it")]
+    Reserved {
+        /// The policy.
+        policy: String,
+        /// The variable.
+        name: String,
+    },
     /// The document is not `terraform show -json` output of a plan.
     #[error("not a Terraform plan in JSON (terraform show -json): {0}")]
     NotAPlan(String),
@@ -49,6 +58,8 @@ struct CompiledRule {
     check: Expr,
     message: Option<Expr>,
     conditions: Vec<Expr>,
+    /// The resource types the first match condition restricts a `scope: Resource` rule to.
+    types: Option<Types>,
 }
 
 /// A policy whose expressions all compiled.
@@ -60,6 +71,13 @@ pub struct CompiledPolicy {
     selector: std::collections::BTreeMap<String, String>,
     variables: Vec<Expr>,
     rules: Vec<CompiledRule>,
+}
+
+impl CompiledPolicy {
+    /// How many rules it has.
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
 }
 
 impl std::fmt::Debug for CompiledPolicy {
@@ -101,6 +119,17 @@ fn compile_expr(
 /// [`PolicyError::Compile`] or [`PolicyError::UnknownName`], naming the expression.
 pub fn compile(policy: &TerraformPolicy) -> Result<CompiledPolicy, PolicyError> {
     let p = &policy.metadata.name;
+    if let Some(v) = policy
+        .spec
+        .variables
+        .iter()
+        .find(|v| BUILT_IN.contains(&v.name.as_str()))
+    {
+        return Err(PolicyError::Reserved {
+            policy: p.clone(),
+            name: v.name.clone(),
+        });
+    }
     let variables = policy
         .spec
         .variables
@@ -124,7 +153,17 @@ pub fn compile(policy: &TerraformPolicy) -> Result<CompiledPolicy, PolicyError> 
                     .iter()
                     .map(|c| compile_expr(p, "match condition", &c.name, &c.expression))
                     .collect::<Result<Vec<_>, _>>()?,
+                types: None,
                 rule: r.clone(),
+            })
+            .map(|mut c: CompiledRule| {
+                if c.rule.scope == Scope::Resource {
+                    c.types = c
+                        .conditions
+                        .first()
+                        .and_then(|e| types_of(e.program.expression()));
+                }
+                c
             })
         })
         .collect::<Result<Vec<_>, PolicyError>>()?;
@@ -201,9 +240,14 @@ fn check_names(compiled: &CompiledPolicy, policy: &TerraformPolicy) -> Result<()
 }
 
 fn dry_run(policy: &CompiledPolicy) -> Result<(), PolicyError> {
-    let empty = serde_json::json!({"format_version": "1.2", "resource_changes": []});
-    let mut ctx = base_context(&empty, &serde_json::json!({}));
-    ctx.add_variable_from_value("change", json_value(&change_json(&serde_json::json!({}))));
+    // One empty change, so `change` is defined for `scope: Resource` rules.
+    let empty = serde_json::json!({"format_version": "1.2", "resource_changes": [{}]});
+    let data = PlanData::new(&empty, serde_json::json!({}));
+    let scope = PolicyScope::new(
+        &data,
+        policy.variables.iter().map(|v| v.name.clone()).collect(),
+    );
+    let ctx = base_context(&scope);
     let undefined = |e: &Expr, err: &ExecutionError| match err {
         ExecutionError::UndeclaredReference(name) => Err(PolicyError::UnknownName {
             policy: policy.name.clone(),
@@ -214,12 +258,12 @@ fn dry_run(policy: &CompiledPolicy) -> Result<(), PolicyError> {
         // Anything else depends on the data of a real plan.
         _ => Ok(()),
     };
-    for v in &policy.variables {
+    for (i, v) in policy.variables.iter().enumerate() {
         match v.program.execute(&ctx) {
-            Ok(value) => ctx.add_variable_from_value(v.name.clone(), value),
+            Ok(value) => scope.set(i, value),
             Err(e) => {
                 undefined(v, &e)?;
-                ctx.add_variable_from_value(v.name.clone(), Value::Null);
+                scope.set(i, Value::Null);
             }
         }
     }
@@ -331,7 +375,12 @@ fn message(ctx: &Context<'_, '_>, r: &CompiledRule) -> String {
     }
 }
 
-fn run_rule(ctx: &Context<'_, '_>, r: &CompiledRule) -> Outcome {
+fn run_rule(
+    ctx: &Context<'_, '_>,
+    data: &PlanData<'_>,
+    variable: &dyn Fn(&str) -> Option<Vec<String>>,
+    r: &CompiledRule,
+) -> Outcome {
     let applies = |ctx: &Context<'_, '_>| -> Result<bool, String> {
         for c in &r.conditions {
             if !truth(ctx, c)? {
@@ -357,33 +406,33 @@ fn run_rule(ctx: &Context<'_, '_>, r: &CompiledRule) -> Outcome {
             Err(message) => Outcome::Error { message },
         },
         Scope::Resource => {
-            let Ok(Value::List(all)) = Program::compile("changes")
-                .map(|p| p.execute(ctx))
-                .unwrap_or(Ok(Value::Null))
-            else {
-                return Outcome::NotApplicable;
-            };
             let mut applied = false;
             let mut addresses = Vec::new();
             let mut first_message = None;
-            for change in all.iter() {
-                let mut inner = ctx.new_inner_scope();
-                inner.add_variable_from_value("change", change.clone());
-                match applies(&inner) {
+            let types = match &r.types {
+                Some(Types::Listed(types)) => Some(types.clone()),
+                Some(Types::Variable(name)) => variable(name),
+                None => None,
+            };
+            let visit: Vec<usize> = match types {
+                Some(types) => data.changes_of_types(types.iter().map(String::as_str)),
+                None => (0..data.changes.len()).collect(),
+            };
+            for i in visit {
+                let change = &data.changes[i];
+                data.set_current(i);
+                match applies(ctx) {
                     Ok(false) => continue,
                     Ok(true) => applied = true,
                     Err(message) => return Outcome::Error { message },
                 }
-                match truth(&inner, &r.check) {
+                match truth(ctx, &r.check) {
                     Ok(true) => {}
                     Ok(false) => {
-                        if let Value::Map(m) = change
-                            && let Some(Value::String(a)) =
-                                m.get(&cel::objects::Key::from("address"))
-                        {
+                        if let Some(a) = change["address"].as_str() {
                             addresses.push(a.to_string());
                         }
-                        first_message.get_or_insert_with(|| message(&inner, r));
+                        first_message.get_or_insert_with(|| message(ctx, r));
                     }
                     Err(message) => return Outcome::Error { message },
                 }
@@ -413,27 +462,38 @@ pub fn evaluate(
             "expected an object with format_version and resource_changes".into(),
         ));
     }
-    let spec = serde_json::to_value(&object.spec).unwrap_or_default();
-    let base = base_context(plan, &spec);
+    let data = PlanData::new(plan, serde_json::to_value(&object.spec).unwrap_or_default());
     let mut verdict = Verdict::default();
     for policy in policies.iter().filter(|p| selects(p, object)) {
-        let mut ctx = base.new_inner_scope();
+        let names = policy.variables.iter().map(|v| v.name.clone()).collect();
+        let scope = PolicyScope::new(&data, names);
+        let ctx = base_context(&scope);
+        let mut values = Vec::new();
         let mut broken = None;
-        for v in &policy.variables {
+        for (i, v) in policy.variables.iter().enumerate() {
             match v.program.execute(&ctx) {
-                Ok(value) => ctx.add_variable_from_value(v.name.clone(), value),
+                Ok(value) => {
+                    values.push((v.name.as_str(), value.clone()));
+                    scope.set(i, value);
+                }
                 Err(e) => {
                     broken = Some(format!("variable {:?}: {e}", v.name));
                     break;
                 }
             }
         }
+        let variable = |name: &str| {
+            values
+                .iter()
+                .find(|(n, _)| *n == name)
+                .and_then(|(_, v)| strings(v))
+        };
         for r in &policy.rules {
             let outcome = match &broken {
                 Some(message) => Outcome::Error {
                     message: message.clone(),
                 },
-                None => run_rule(&ctx, r),
+                None => run_rule(&ctx, &data, &variable, r),
             };
             verdict.results.push(RuleResult {
                 policy: policy.name.clone(),

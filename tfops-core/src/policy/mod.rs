@@ -28,6 +28,7 @@
 
 mod context;
 mod engine;
+mod prefilter;
 mod types;
 
 pub use engine::{
