@@ -305,3 +305,108 @@ mod type_prefilter {
         }
     }
 }
+
+#[test]
+fn type_errors_are_refused_at_load_with_the_rule_and_what_is_wrong() {
+    let refused = |rule: serde_json::Value| {
+        let err = compile(&policy(json!({
+            "variables": [{"name": "limit", "expression": "20"}, {"name": "kinds", "expression": "['a', 'b']"}],
+            "rules": [rule]
+        })))
+        .unwrap_err();
+        match err {
+            PolicyError::Type {
+                ref name,
+                ref message,
+                ..
+            } => {
+                // The rule, or the match condition `c` of the rule.
+                assert!(name == "r" || name == "c", "{name}");
+                message.clone()
+            }
+            other => panic!("expected a type error, got {other}"),
+        }
+    };
+    let plan_rule = |e: &str| json!({"name": "r", "expression": e});
+    for (expression, fragment) in [
+        ("size(changes) > '3'", "cannot order int against string"),
+        ("size(changed)", "must be a bool, but it is a int"),
+        ("limit == 'twenty'", "comparing int with string"),
+        (
+            "changes.all(c, c.address)",
+            "needs bool operands, not string",
+        ),
+        (
+            "changes.exists(c, c.adress == 'x')",
+            "a change has no field \"adress\"",
+        ),
+        (
+            "'x' in limit",
+            "`in` needs a list or a map on its right, not int",
+        ),
+        (
+            "kinds.size() + 'x' == 'y'",
+            "cannot add int and string (convert with string())",
+        ),
+        (
+            "limit.startsWith('2')",
+            "startsWith() is a string function, not one of int",
+        ),
+        ("changes.sise() == 0", "there is no function sise()"),
+        ("changes[0].address.size() > limit.size()", "size() of int"),
+        ("!limit", "! needs bool operands, not int"),
+        (
+            "math.greatest(1, 2) == 2",
+            "there is no function math.greatest()",
+        ),
+    ] {
+        let message = refused(plan_rule(expression));
+        assert!(message.contains(fragment), "{expression}: {message}");
+    }
+    // A message that is not a string, a match condition that is not a bool.
+    let message =
+        refused(json!({"name": "r", "expression": "true", "messageExpression": "size(changes)"}));
+    assert!(
+        message.contains("must be a string, but it is a int"),
+        "{message}"
+    );
+    let message = refused(
+        json!({"name": "r", "scope": "Resource", "expression": "true",
+        "matchConditions": [{"name": "c", "expression": "change.address"}]}),
+    );
+    assert!(
+        message.contains("must be a bool, but it is a string"),
+        "{message}"
+    );
+    // `change` only exists for scope: Resource rules.
+    let err = compile(&policy(
+        json!({"rules": [{"name": "r", "expression": "change.type == 'x'"}]}),
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(err, PolicyError::UnknownName { ref reference, .. } if reference == "change"),
+        "{err}"
+    );
+}
+
+#[test]
+fn well_typed_rules_over_plan_data_load() {
+    for expression in [
+        "size(changed) <= 20 && changed.all(c, c.address.startsWith('aws_') || c.mode == 'data')",
+        "plan.resource_changes.size() >= 0",
+        "object.vars == null || object.vars.size() < 100",
+        "changes.map(c, c.address).join(', ').size() >= 0",
+        "changes.filter(c, c.after != null && has(c.after.tags)).size() >= 0",
+        "changes.exists(c, 'delete' in c.actions) ? deletes.size() > 0 : true",
+        "math.abs(-2) == 2",
+        "string(size(changes)) + ' changes' != ''",
+        "changes.ofType('aws_s3_bucket').all(c, !c.isDelete())",
+        "dyn(plan.format_version) == '1.2' || true",
+        "{'a': 1}['a'] == 1 && [1, 2][0] == 1",
+    ] {
+        compile(&policy(
+            json!({"rules": [{"name": "r", "expression": expression}]}),
+        ))
+        .unwrap_or_else(|e| panic!("{expression}: {e}"));
+    }
+}

@@ -2,6 +2,7 @@
 
 use cel::{Context, ExecutionError, Program, Value};
 
+use super::check::{Checker, Problem, Ty, built_ins};
 use super::context::{BUILT_IN, PlanData, PolicyScope, base_context};
 use super::prefilter::{Types, strings, types_of};
 use super::types::{Action, Rule, Scope, TerraformPolicy};
@@ -33,6 +34,19 @@ pub enum PolicyError {
         name: String,
         /// The undefined name.
         reference: String,
+    },
+    /// An expression cannot work on any plan: an operator or function given the wrong kind of
+    /// value, a rule that is not a boolean, a message that is not a string, an unknown function.
+    #[error("policy {policy}: {what} {name:?} does not type-check: {message}")]
+    Type {
+        /// The policy.
+        policy: String,
+        /// `variable`, `rule`, `message` or `match condition`.
+        what: &'static str,
+        /// Its name.
+        name: String,
+        /// What is wrong.
+        message: String,
     },
     /// A variable is named like a built-in name (`plan`, `change`, ...), which it would hide.
     #[error("policy {policy}: variable {name:?} has the name of a built-in; rename it")]
@@ -174,66 +188,84 @@ pub fn compile(policy: &TerraformPolicy) -> Result<CompiledPolicy, PolicyError> 
         variables,
         rules,
     };
-    check_names(&compiled, policy)?;
+    type_check(&compiled)?;
     dry_run(&compiled)?;
     Ok(compiled)
 }
 
-/// The loop variables an expression binds with the comprehension macros (`x` in
-/// `list.all(x, ...)`).
-fn loop_variables(source: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for macro_name in ["all(", "exists(", "exists_one(", "map(", "filter("] {
-        let mut rest = source;
-        while let Some(i) = rest.find(macro_name) {
-            let after = &rest[i + macro_name.len()..];
-            let var: String = after
-                .trim_start()
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if !var.is_empty()
-                && after.trim_start()[var.len()..]
-                    .trim_start()
-                    .starts_with(',')
-            {
-                out.push(var);
-            }
-            rest = after;
-        }
+/// Whether a function called `name` exists in the policy environment: calling it with no
+/// arguments fails as an undeclared reference only when it does not (else with a wrong
+/// overload or argument count).
+fn function_exists(name: &str) -> bool {
+    let empty = serde_json::json!({});
+    let data = PlanData::new(&empty, serde_json::json!({}));
+    let scope = PolicyScope::new(&data, Vec::new());
+    let ctx = base_context(&scope);
+    let mut probes = vec![format!("{name}()")];
+    if !name.contains('.') {
+        probes.push(format!("null.{name}()"));
     }
-    out
+    probes
+        .iter()
+        .filter_map(|source| Program::compile(source).ok())
+        .any(|p| !matches!(p.execute(&ctx), Err(ExecutionError::UndeclaredReference(_))))
 }
 
-/// Every name an expression reads must exist: a built-in, an earlier variable, or a loop
-/// variable. (CEL's `&&` and `||` swallow errors, so a dry run alone can miss a typo.)
-fn check_names(compiled: &CompiledPolicy, policy: &TerraformPolicy) -> Result<(), PolicyError> {
-    let mut known: Vec<String> = BUILT_IN.iter().map(|s| s.to_string()).collect();
-    let check = |e: &Expr, source: &str, known: &[String]| -> Result<(), PolicyError> {
-        let loops = loop_variables(source);
-        for name in e.program.references().variables() {
-            if !known.iter().any(|k| k == name) && !loops.iter().any(|l| l == name) {
-                return Err(PolicyError::UnknownName {
-                    policy: compiled.name.clone(),
-                    what: e.what,
-                    name: e.name.clone(),
-                    reference: name.to_string(),
-                });
-            }
-        }
-        Ok(())
+/// Type-checks every expression (see [`super::check`]): names exist, operators and functions
+/// get operands they accept, rules and match conditions are booleans, messages strings.
+fn type_check(compiled: &CompiledPolicy) -> Result<(), PolicyError> {
+    let exists = |name: &str| function_exists(name);
+    let mut checker = Checker::new(built_ins(), &exists);
+    let fail = |e: &Expr, problem: Problem| match problem {
+        Problem::Unknown(reference) => PolicyError::UnknownName {
+            policy: compiled.name.clone(),
+            what: e.what,
+            name: e.name.clone(),
+            reference,
+        },
+        Problem::UnknownFunction(f) => PolicyError::Type {
+            policy: compiled.name.clone(),
+            what: e.what,
+            name: e.name.clone(),
+            message: format!("there is no function {f}()"),
+        },
+        Problem::Type(message) => PolicyError::Type {
+            policy: compiled.name.clone(),
+            what: e.what,
+            name: e.name.clone(),
+            message,
+        },
     };
-    for (e, source) in compiled.variables.iter().zip(policy.spec.variables.iter()) {
-        check(e, &source.expression, &known)?;
-        known.push(e.name.clone());
-    }
-    for (r, rule) in compiled.rules.iter().zip(policy.spec.rules.iter()) {
-        check(&r.check, &rule.expression, &known)?;
-        if let (Some(m), Some(src)) = (&r.message, &rule.message_expression) {
-            check(m, src, &known)?;
+    let expect = |checker: &mut Checker<'_>, e: &Expr, want: Ty| -> Result<(), PolicyError> {
+        let got = checker
+            .check(e.program.expression())
+            .map_err(|p| fail(e, p))?;
+        if got == want || got == Ty::Dyn {
+            Ok(())
+        } else {
+            Err(fail(
+                e,
+                Problem::Type(format!("must be a {want}, but it is a {got}")),
+            ))
         }
-        for (c, src) in r.conditions.iter().zip(rule.match_conditions.iter()) {
-            check(c, &src.expression, &known)?;
+    };
+    for v in &compiled.variables {
+        let t = checker
+            .check(v.program.expression())
+            .map_err(|p| fail(v, p))?;
+        checker.bind(&v.name, t);
+    }
+    for r in &compiled.rules {
+        let mut checker = checker.clone();
+        if r.rule.scope == Scope::Resource {
+            checker.bind("change", Ty::Change);
+        }
+        for c in &r.conditions {
+            expect(&mut checker, c, Ty::Bool)?;
+        }
+        expect(&mut checker, &r.check, Ty::Bool)?;
+        if let Some(m) = &r.message {
+            expect(&mut checker, m, Ty::String)?;
         }
     }
     Ok(())

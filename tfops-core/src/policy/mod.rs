@@ -2,9 +2,14 @@
 //!
 //! A [`TerraformPolicy`] (`infra.argocd.io/v1alpha1`) selects `Terraform` objects by label and
 //! holds named variables and rules. [`compile`] checks every expression when the policy is
-//! loaded (syntax, and references to names that do not exist); [`evaluate`] runs the rules
-//! against a plan and returns a [`Verdict`]. A rule with `scope: Resource` runs once per
-//! resource change, with the change as `change`, so a violation names the resources involved.
+//! loaded: it must parse, every name it reads must exist, and it must type-check (an operator
+//! or function given a kind of value it never accepts, a rule or match condition that is not a
+//! boolean, a message that is not a string: see the `check` module); a dry run on an empty plan
+//! catches the rest. What comes from the plan itself (`change.after.x`) is only known when a
+//! plan is evaluated: an error there is an [`Outcome::Error`], which blocks like a violation for
+//! `Deny` rules. [`evaluate`] runs the rules against a plan and returns a [`Verdict`]. A rule
+//! with `scope: Resource` runs once per resource change, with the change as `change` (a name
+//! only such rules have), so a violation names the resources involved.
 //!
 //! Names every expression can use:
 //!
@@ -26,6 +31,7 @@
 //! | `change.isDelete()`, `isCreate()` | the change deletes / creates (a replacement does both) |
 //! | `change.isUpdate()`, `isReplace()` | the change updates in place / replaces |
 
+mod check;
 mod context;
 mod engine;
 mod prefilter;
