@@ -53,6 +53,9 @@ enum Action {
     Drift(usize),
     LockState(usize),
     Delete(usize),
+    /// Adds or removes a `Deny` policy: no resource may become "2", and (rule 2) no plan may
+    /// delete `terraform_data.drifted`.
+    TogglePolicy,
 }
 
 fn edit() -> impl Strategy<Value = Edit> {
@@ -118,6 +121,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => obj.clone().prop_map(Action::Drift),
         1 => obj.clone().prop_map(Action::LockState),
         1 => (0usize..6).prop_filter_map("rare", |o| (o < 2).then_some(o)).prop_map(Action::Delete),
+        1 => Just(Action::TogglePolicy),
     ]
 }
 
@@ -267,6 +271,14 @@ impl Model {
             Action::Drift(i) => w.drift(&self.keys[i], "terraform_data.drifted", "by hand"),
             Action::LockState(i) => w.lock_state(&self.keys[i], "lock-1", "crashed-runner"),
             Action::Delete(i) => w.delete(&self.keys[i]),
+            Action::TogglePolicy => {
+                let mut l = w.lock();
+                if l.policies.is_empty() {
+                    l.policies.push(guard_policy());
+                } else {
+                    l.policies.clear();
+                }
+            }
         }
         Ok(())
     }
@@ -288,6 +300,13 @@ impl Model {
         };
         let now0 = w.lock().now;
         let revision = w.lock().sources.get(&before.spec.source_ref.url).cloned();
+        let guarded = !w.lock().policies.is_empty();
+        let real_before = w
+            .lock()
+            .infra
+            .get(key)
+            .map(|i| i.real.clone())
+            .unwrap_or_default();
         let result = rt.block_on(w.reconcile(key));
         let calls: Vec<_> = w.lock().calls[calls_before..].to_vec();
         let new_sessions = w.lock().sessions > sessions_before;
@@ -316,6 +335,29 @@ impl Model {
                 .iter()
                 .any(|c| c.session == call.session && c.op == FakeOp::Plan);
             prop_assert!(planned_first, "apply without a plan in the same session");
+        }
+
+        // Nothing a Deny policy forbids is applied: with the guard policy in place, an apply
+        // never makes a resource "2" that was not, nor removes the drifted resource.
+        if guarded && calls.iter().any(|c| c.op == FakeOp::Apply) {
+            let real_after = w
+                .lock()
+                .infra
+                .get(key)
+                .map(|i| i.real.clone())
+                .unwrap_or_default();
+            for (address, value) in &real_after {
+                prop_assert!(
+                    value != "2" || real_before.get(address).map(String::as_str) == Some("2"),
+                    "{address} became 2 despite a Deny policy"
+                );
+            }
+            if real_before.contains_key("terraform_data.drifted") {
+                prop_assert!(
+                    real_after.contains_key("terraform_data.drifted"),
+                    "drift remediation deleted what a Deny policy protects"
+                );
+            }
         }
 
         // A dependant never runs while a dependency is not Ready at its current generation.
@@ -414,6 +456,20 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// A `Deny` policy for both objects' namespace (see [`Action::TogglePolicy`]).
+fn guard_policy() -> tfops_core::policy::TerraformPolicy {
+    serde_json::from_value(json!({
+        "metadata": {"name": "guard", "namespace": "team-a"},
+        "spec": {"rules": [
+            {"name": "never-2", "scope": "Resource",
+             "matchConditions": [{"name": "kept", "expression": "change.after != null"}],
+             "expression": "string(change.after) != '2'"},
+            {"name": "keep-drifted", "expression": "!deletes.exists(c, c.address == 'terraform_data.drifted')"}
+        ]}
+    }))
+    .unwrap()
 }
 
 /// The decision function is deterministic and the driver did exactly what it decided.
