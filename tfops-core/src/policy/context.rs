@@ -3,94 +3,104 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use cel::common::types::CelNull;
+use cel::common::types::{
+    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt,
+};
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
 use cel::extractors::This;
 use cel::objects::Key;
-use cel::{Context, Env, Value};
+use cel::{Context, Env, ExecutionError, FunctionContext, Value};
 
 /// The variables every expression may use, besides the policy's variables and loop variables.
 pub(super) const BUILT_IN: &[&str] = &[
     "plan", "object", "changes", "changed", "creates", "updates", "deletes", "replaces", "change",
 ];
 
-pub(super) fn json_value(v: &serde_json::Value) -> Value {
-    cel::to_value(v).unwrap_or(Value::Null)
-}
-
-/// One change as rules see it.
-pub(super) fn change_json(rc: &serde_json::Value) -> serde_json::Value {
-    serde_json::json!({
-        "address": rc["address"].as_str().unwrap_or_default(),
-        "type": rc["type"].as_str().unwrap_or_default(),
-        "name": rc["name"].as_str().unwrap_or_default(),
-        "mode": rc["mode"].as_str().unwrap_or_default(),
-        "actions": rc["change"]["actions"].clone(),
-        "before": rc["change"]["before"].clone(),
-        "after": rc["change"]["after"].clone(),
-    })
-}
-
-fn changes(plan: &serde_json::Value) -> Vec<serde_json::Value> {
+/// The resource changes of a plan document.
+fn resource_changes(plan: &serde_json::Value) -> Vec<&serde_json::Value> {
     plan["resource_changes"]
         .as_array()
-        .map(|a| a.iter().map(change_json).collect())
+        .map(|a| a.iter().collect())
         .unwrap_or_default()
 }
 
-fn has_action(change: &serde_json::Value, action: &str) -> bool {
-    change["actions"]
+/// Whether a resource change (`terraform show -json` shape) has `action`.
+fn has_action(rc: &serde_json::Value, action: &str) -> bool {
+    rc["change"]["actions"]
         .as_array()
         .is_some_and(|a| a.iter().any(|x| x == action))
 }
 
-/// A change's field, when the value is a change map.
-fn field<'a>(change: &'a Value, name: &str) -> Option<&'a Value> {
-    match change {
-        Value::Map(m) => m.get(&Key::from(name)),
-        _ => None,
+/// One change as rules see it: `{address, type, name, mode, actions, before, after}`,
+/// borrowing from the plan.
+fn change_val(rc: &serde_json::Value) -> Box<dyn Val + '_> {
+    let text = |key: &str| -> Box<dyn Val + '_> {
+        Box::new(CelString::from(rc[key].as_str().unwrap_or_default()))
+    };
+    let mut fields: std::collections::HashMap<CelMapKey<'_>, Box<dyn Val + '_>> =
+        std::collections::HashMap::with_capacity(7);
+    for key in ["address", "type", "name", "mode"] {
+        fields.insert(CelMapKey::from(key), text(key));
     }
+    for key in ["actions", "before", "after"] {
+        fields.insert(CelMapKey::from(key), to_val(&rc["change"][key]));
+    }
+    Box::new(CelMap::from(fields))
 }
 
-fn actions_include(change: &Value, action: &str) -> bool {
-    matches!(field(change, "actions"), Some(Value::List(a))
-        if a.iter().any(|x| matches!(x, Value::String(s) if s.as_str() == action)))
+/// Whether `change` (a change map) lists `action`, read in place.
+fn lists_action(change: &dyn Val, action: &str) -> bool {
+    let Some(actions) = change
+        .as_indexer()
+        .and_then(|i| i.get(&CelString::from("actions")).ok())
+    else {
+        return false;
+    };
+    let Some(list) = actions.as_iterable() else {
+        return false;
+    };
+    let mut items = list.iter();
+    while let Some(item) = items.next() {
+        if item
+            .downcast_ref::<CelString>()
+            .is_some_and(|s| s.inner() == action)
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// A function working on CEL values in place (the `cel` crate's own function type, which it
+/// does not name publicly).
+type Function = Box<
+    dyn for<'c, 'l> Fn(&mut FunctionContext<'c, 'l>) -> Result<CowVal<'c, 'l>, ExecutionError>
+        + Send
+        + Sync,
+>;
+
+/// A helper over one change, called as `change.f()` or `f(change)`.
+fn change_test(test: fn(&dyn Val) -> bool) -> Function {
+    Box::new(move |ftx: &mut FunctionContext<'_, '_>| {
+        let change = match (&ftx.this, ftx.args.first()) {
+            (Some(this), _) | (None, Some(this)) => this,
+            (None, None) => return Err(ExecutionError::missing_argument_or_target()),
+        };
+        Ok(CowVal::owned(CelBool::from(test(change.as_ref()))))
+    })
 }
 
 /// `changes.ofType("aws_db_instance")`: the changes of one resource type.
 fn of_type(This(list): This<Arc<Vec<Value>>>, ty: Arc<String>) -> Value {
+    let is_type = |c: &Value| match c {
+        Value::Map(m) => matches!(m.get(&Key::from("type")), Some(Value::String(t)) if **t == *ty),
+        _ => false,
+    };
     Value::List(Arc::new(
-        list.iter()
-            .filter(|c| matches!(field(c, "type"), Some(Value::String(t)) if **t == *ty))
-            .cloned()
-            .collect(),
+        list.iter().filter(|c| is_type(c)).cloned().collect(),
     ))
 }
-
-/// `change.isDelete()`: the change deletes the resource (a replacement does too).
-fn is_delete(This(change): This<Value>) -> bool {
-    actions_include(&change, "delete")
-}
-
-/// `change.isCreate()`: the change creates the resource (a replacement does too).
-fn is_create(This(change): This<Value>) -> bool {
-    actions_include(&change, "create")
-}
-
-/// `change.isUpdate()`: the change updates the resource in place.
-fn is_update(This(change): This<Value>) -> bool {
-    actions_include(&change, "update")
-}
-
-/// `change.isReplace()`: the change deletes and re-creates the resource.
-fn is_replace(This(change): This<Value>) -> bool {
-    actions_include(&change, "delete") && actions_include(&change, "create")
-}
-
-/// The names of the helper functions, for documentation and the type checker.
-#[allow(dead_code)] // read by the type checker (next commit)
-pub(super) const FUNCTIONS: &[&str] = &["ofType", "isDelete", "isCreate", "isUpdate", "isReplace"];
 
 /// The CEL standard library with the strings (`join`, `split`, `lowerAscii`, ...), lists
 /// (`flatten`, `slice`, ...) and math extensions, built once.
@@ -113,14 +123,14 @@ fn env() -> Arc<Env> {
 /// first reads them: a plan of 10,000 changes is large, and most rules read a list or two.
 pub(super) struct PlanData<'j> {
     plan: &'j serde_json::Value,
-    spec: serde_json::Value,
-    /// Every resource change in the shape rules see (`change_json`).
-    pub(super) changes: Vec<serde_json::Value>,
+    spec: &'j serde_json::Value,
+    /// Every resource change of the plan (`terraform show -json` shape).
+    pub(super) changes: Vec<&'j serde_json::Value>,
     /// The same, as CEL values, converted once for all `scope: Resource` rules.
-    change_vals: OnceLock<Vec<Box<dyn Val>>>,
+    change_vals: OnceLock<Vec<Box<dyn Val + 'j>>>,
     /// The variable `change` of a `scope: Resource` rule: an index into `changes`.
     current: AtomicUsize,
-    lazy: [OnceLock<Box<dyn Val>>; LAZY.len()],
+    lazy: [OnceLock<Box<dyn Val + 'j>>; LAZY.len()],
     by_type: OnceLock<std::collections::HashMap<String, Vec<usize>>>,
 }
 
@@ -129,18 +139,36 @@ const LAZY: [&str; 8] = [
     "plan", "object", "changes", "changed", "creates", "updates", "deletes", "replaces",
 ];
 
-fn to_val(v: &serde_json::Value) -> Box<dyn Val> {
-    // A JSON document always converts; were it not to, null is what a rule then sees.
-    Box::<dyn Val>::try_from(json_value(v)).unwrap_or_else(|_| Box::new(CelNull))
+/// `v` as a CEL value, borrowing its strings (no copy of the plan's text).
+fn to_val<'j>(v: &'j serde_json::Value) -> Box<dyn Val + 'j> {
+    match v {
+        serde_json::Value::Null => Box::new(CelNull),
+        serde_json::Value::Bool(b) => Box::new(CelBool::from(*b)),
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Box::new(CelInt::from(i)),
+            (None, Some(u)) => Box::new(CelUInt::from(u)),
+            _ => Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN))),
+        },
+        serde_json::Value::String(s) => Box::new(CelString::from(s.as_str())),
+        serde_json::Value::Array(items) => {
+            Box::new(CelList::from(items.iter().map(to_val).collect::<Vec<_>>()))
+        }
+        serde_json::Value::Object(fields) => Box::new(CelMap::from(
+            fields
+                .iter()
+                .map(|(k, v)| (CelMapKey::from(k.as_str()), to_val(v)))
+                .collect::<std::collections::HashMap<_, _>>(),
+        )),
+    }
 }
 
 impl<'j> PlanData<'j> {
     /// The data of `plan` (`terraform show -json`) for an object with `spec`.
-    pub(super) fn new(plan: &'j serde_json::Value, spec: serde_json::Value) -> Self {
+    pub(super) fn new(plan: &'j serde_json::Value, spec: &'j serde_json::Value) -> Self {
         PlanData {
             plan,
             spec,
-            changes: changes(plan),
+            changes: resource_changes(plan),
             change_vals: OnceLock::new(),
             current: AtomicUsize::new(0),
             lazy: Default::default(),
@@ -173,20 +201,26 @@ impl<'j> PlanData<'j> {
         self.current.store(index, Ordering::Relaxed);
     }
 
-    fn change_vals(&self) -> &[Box<dyn Val>] {
+    fn change_vals(&self) -> &[Box<dyn Val + 'j>] {
         self.change_vals
-            .get_or_init(|| self.changes.iter().map(to_val).collect())
+            .get_or_init(|| self.changes.iter().map(|c| change_val(c)).collect())
     }
 
-    fn build(&self, name: &str) -> Box<dyn Val> {
-        let filter = |f: &dyn Fn(&serde_json::Value) -> bool| {
-            to_val(&serde_json::Value::Array(
-                self.changes.iter().filter(|c| f(c)).cloned().collect(),
+    fn build(&self, name: &str) -> Box<dyn Val + 'j> {
+        // The lists hold copies of the changes' values (a CEL list owns its items).
+        let filter = |f: &dyn Fn(&serde_json::Value) -> bool| -> Box<dyn Val + 'j> {
+            Box::new(CelList::from(
+                self.changes
+                    .iter()
+                    .zip(self.change_vals())
+                    .filter(|(c, _)| f(c))
+                    .map(|(_, v)| v.clone())
+                    .collect::<Vec<_>>(),
             ))
         };
         match name {
             "plan" => to_val(self.plan),
-            "object" => to_val(&self.spec),
+            "object" => to_val(self.spec),
             "changes" => filter(&|_| true),
             "changed" => filter(&|c| !(has_action(c, "no-op") || has_action(c, "read"))),
             "creates" => filter(&|c| has_action(c, "create") && !has_action(c, "delete")),
@@ -262,10 +296,15 @@ pub(super) fn base_context<'d>(scope: &'d PolicyScope<'_, '_>) -> Context<'d, 'd
     // The names are not CEL built-ins, so adding them cannot conflict; a conflict would only
     // mean the helper is missing, which the load-time checks then report.
     let _ = ctx.add_function("ofType", of_type);
-    let _ = ctx.add_function("isDelete", is_delete);
-    let _ = ctx.add_function("isCreate", is_create);
-    let _ = ctx.add_function("isUpdate", is_update);
-    let _ = ctx.add_function("isReplace", is_replace);
+    // `isDelete`: deletes (a replacement does too); `isCreate`: creates (likewise);
+    // `isUpdate`: updates in place; `isReplace`: deletes and re-creates.
+    let _ = ctx.add_function("isDelete", change_test(|c| lists_action(c, "delete")));
+    let _ = ctx.add_function("isCreate", change_test(|c| lists_action(c, "create")));
+    let _ = ctx.add_function("isUpdate", change_test(|c| lists_action(c, "update")));
+    let _ = ctx.add_function(
+        "isReplace",
+        change_test(|c| lists_action(c, "delete") && lists_action(c, "create")),
+    );
     ctx.set_variable_resolver(scope);
     ctx
 }

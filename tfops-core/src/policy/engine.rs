@@ -198,7 +198,7 @@ pub fn compile(policy: &TerraformPolicy) -> Result<CompiledPolicy, PolicyError> 
 /// overload or argument count).
 fn function_exists(name: &str) -> bool {
     let empty = serde_json::json!({});
-    let data = PlanData::new(&empty, serde_json::json!({}));
+    let data = PlanData::new(&empty, &empty);
     let scope = PolicyScope::new(&data, Vec::new());
     let ctx = base_context(&scope);
     let mut probes = vec![format!("{name}()")];
@@ -274,7 +274,8 @@ fn type_check(compiled: &CompiledPolicy) -> Result<(), PolicyError> {
 fn dry_run(policy: &CompiledPolicy) -> Result<(), PolicyError> {
     // One empty change, so `change` is defined for `scope: Resource` rules.
     let empty = serde_json::json!({"format_version": "1.2", "resource_changes": [{}]});
-    let data = PlanData::new(&empty, serde_json::json!({}));
+    let spec = serde_json::json!({});
+    let data = PlanData::new(&empty, &spec);
     let scope = PolicyScope::new(
         &data,
         policy.variables.iter().map(|v| v.name.clone()).collect(),
@@ -494,7 +495,8 @@ pub fn evaluate(
             "expected an object with format_version and resource_changes".into(),
         ));
     }
-    let data = PlanData::new(plan, serde_json::to_value(&object.spec).unwrap_or_default());
+    let spec = serde_json::to_value(&object.spec).unwrap_or_default();
+    let data = PlanData::new(plan, &spec);
     let mut verdict = Verdict::default();
     for policy in policies.iter().filter(|p| selects(p, object)) {
         let names = policy.variables.iter().map(|v| v.name.clone()).collect();
