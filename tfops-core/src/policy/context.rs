@@ -131,8 +131,12 @@ pub(super) struct PlanData<'j> {
     /// The variable `change` of a `scope: Resource` rule: an index into `changes`.
     current: AtomicUsize,
     lazy: [OnceLock<Box<dyn Val + 'j>>; LAZY.len()],
-    by_type: OnceLock<std::collections::HashMap<String, Vec<usize>>>,
+    by_type: OnceLock<std::collections::HashMap<&'j str, Vec<usize>>>,
+    of_types: std::sync::Mutex<Vec<TypesMemo>>,
 }
+
+/// A list of resource types and the indexes of the changes of those types.
+type TypesMemo = (Vec<String>, Arc<Vec<usize>>);
 
 /// The variables built on first use, in the order of `PlanData::lazy`.
 const LAZY: [&str; 8] = [
@@ -173,15 +177,28 @@ impl<'j> PlanData<'j> {
             current: AtomicUsize::new(0),
             lazy: Default::default(),
             by_type: OnceLock::new(),
+            of_types: Default::default(),
         }
     }
 
-    /// The indexes of the changes whose type is one of `types`, in plan order.
-    pub(super) fn changes_of_types<'t>(&self, types: impl Iterator<Item = &'t str>) -> Vec<usize> {
+    /// The indexes of the changes whose type is one of `types`, in plan order (remembered:
+    /// copies of a policy, or rules about the same types, ask for the same list).
+    pub(super) fn changes_of_types(&self, types: &[String]) -> Arc<Vec<usize>> {
+        // Only a panic while holding it could poison the lock; the memo is then still sound.
+        let mut memo = self.of_types.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = memo.iter().find(|(t, _)| t.as_slice() == types) {
+            return found.1.clone();
+        }
+        let list = Arc::new(self.index_of_types(types.iter().map(String::as_str)));
+        memo.push((types.to_vec(), list.clone()));
+        list
+    }
+
+    fn index_of_types<'t>(&self, types: impl Iterator<Item = &'t str>) -> Vec<usize> {
         let index = self.by_type.get_or_init(|| {
-            let mut index: std::collections::HashMap<String, Vec<usize>> = Default::default();
+            let mut index: std::collections::HashMap<&'j str, Vec<usize>> = Default::default();
             for (i, c) in self.changes.iter().enumerate() {
-                let ty = c["type"].as_str().unwrap_or_default().to_string();
+                let ty = c.get("type").and_then(|t| t.as_str()).unwrap_or_default();
                 index.entry(ty).or_default().push(i);
             }
             index

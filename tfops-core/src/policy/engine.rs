@@ -4,6 +4,7 @@ use cel::{Context, ExecutionError, Program, Value};
 
 use super::check::{Checker, Problem, Ty, built_ins};
 use super::context::{BUILT_IN, PlanData, PolicyScope, base_context};
+use super::fast;
 use super::prefilter::{Types, strings, types_of};
 use super::types::{Action, Rule, Scope, TerraformPolicy};
 use crate::api::TerraformObject;
@@ -65,6 +66,8 @@ struct Expr {
     what: &'static str,
     name: String,
     program: Program,
+    /// The same for the fast evaluator, when it covers the expression.
+    fast: Option<fast::Node>,
 }
 
 struct CompiledRule {
@@ -74,6 +77,9 @@ struct CompiledRule {
     conditions: Vec<Expr>,
     /// The resource types the first match condition restricts a `scope: Resource` rule to.
     types: Option<Types>,
+    /// The first match condition without its type test, for the changes the prefilter passed
+    /// (fast evaluator only).
+    residual: Option<fast::Node>,
 }
 
 /// A policy whose expressions all compiled.
@@ -117,6 +123,7 @@ fn compile_expr(
             what,
             name: name.to_string(),
             program,
+            fast: None,
         })
         .map_err(|e| PolicyError::Compile {
             policy: policy.to_string(),
@@ -168,6 +175,7 @@ pub fn compile(policy: &TerraformPolicy) -> Result<CompiledPolicy, PolicyError> 
                     .map(|c| compile_expr(p, "match condition", &c.name, &c.expression))
                     .collect::<Result<Vec<_>, _>>()?,
                 types: None,
+                residual: None,
                 rule: r.clone(),
             })
             .map(|mut c: CompiledRule| {
@@ -189,6 +197,8 @@ pub fn compile(policy: &TerraformPolicy) -> Result<CompiledPolicy, PolicyError> 
         rules,
     };
     type_check(&compiled)?;
+    let mut compiled = compiled;
+    compile_fast(&mut compiled);
     dry_run(&compiled)?;
     Ok(compiled)
 }
@@ -209,6 +219,29 @@ fn function_exists(name: &str) -> bool {
         .iter()
         .filter_map(|source| Program::compile(source).ok())
         .any(|p| !matches!(p.execute(&ctx), Err(ExecutionError::UndeclaredReference(_))))
+}
+
+/// Compiles every expression for the fast evaluator too (where it covers it).
+fn compile_fast(policy: &mut CompiledPolicy) {
+    let names: Vec<String> = policy.variables.iter().map(|v| v.name.clone()).collect();
+    for r in &mut policy.rules {
+        let resource = r.rule.scope == Scope::Resource;
+        for e in std::iter::once(&mut r.check)
+            .chain(r.message.iter_mut())
+            .chain(r.conditions.iter_mut())
+        {
+            e.fast = fast::compile(
+                e.program.expression(),
+                &mut fast::Names::new(&names, resource),
+            );
+        }
+        if r.types.is_some()
+            && let Some(first) = r.conditions.first()
+        {
+            let residual = fast::without_type_test(first.program.expression());
+            r.residual = fast::compile(&residual, &mut fast::Names::new(&names, resource));
+        }
+    }
 }
 
 /// Type-checks every expression (see [`super::check`]): names exist, operators and functions
@@ -380,7 +413,12 @@ pub fn selects(policy: &CompiledPolicy, object: &TerraformObject) -> bool {
             .all(|(k, v)| object.metadata.labels.get(k) == Some(v))
 }
 
-fn truth(ctx: &Context<'_, '_>, e: &Expr) -> Result<bool, String> {
+fn truth(ctx: &Context<'_, '_>, frame: &fast::Frame<'_, '_>, e: &Expr) -> Result<bool, String> {
+    if let Some(node) = &e.fast
+        && let Some(fast::V::Bool(b)) = fast::run(node, frame)
+    {
+        return Ok(b);
+    }
     match e.program.execute(ctx) {
         Ok(Value::Bool(b)) => Ok(b),
         Ok(other) => Err(format!(
@@ -391,7 +429,7 @@ fn truth(ctx: &Context<'_, '_>, e: &Expr) -> Result<bool, String> {
     }
 }
 
-fn message(ctx: &Context<'_, '_>, r: &CompiledRule) -> String {
+fn message(ctx: &Context<'_, '_>, frame: &fast::Frame<'_, '_>, r: &CompiledRule) -> String {
     let fallback = || {
         if r.rule.message.is_empty() {
             format!("rule {} does not hold", r.rule.name)
@@ -399,33 +437,51 @@ fn message(ctx: &Context<'_, '_>, r: &CompiledRule) -> String {
             r.rule.message.clone()
         }
     };
-    match &r.message {
-        Some(e) => match e.program.execute(ctx) {
-            Ok(Value::String(s)) => s.to_string(),
-            _ => fallback(),
-        },
-        None => fallback(),
+    let Some(e) = &r.message else {
+        return fallback();
+    };
+    if let Some(node) = &e.fast
+        && let Some(fast::V::Str(s)) = fast::run(node, frame)
+    {
+        return s.to_string();
+    }
+    match e.program.execute(ctx) {
+        Ok(Value::String(s)) => s.to_string(),
+        _ => fallback(),
     }
 }
 
-fn run_rule(
+fn run_rule<'a>(
     ctx: &Context<'_, '_>,
+    frame: &fast::Frame<'_, 'a>,
+    views: &'a [fast::ChangeView<'a>],
     data: &PlanData<'_>,
     variable: &dyn Fn(&str) -> Option<Vec<String>>,
     r: &CompiledRule,
 ) -> Outcome {
-    let applies = |ctx: &Context<'_, '_>| -> Result<bool, String> {
-        for c in &r.conditions {
-            if !truth(ctx, c)? {
+    // `prefiltered`: the change is of a type the first condition's type test accepts.
+    let applies = |ctx: &Context<'_, '_>, prefiltered: bool| -> Result<bool, String> {
+        for (i, c) in r.conditions.iter().enumerate() {
+            if i == 0
+                && prefiltered
+                && let Some(node) = &r.residual
+                && let Some(fast::V::Bool(b)) = fast::run(node, frame)
+            {
+                if b {
+                    continue;
+                }
+                return Ok(false);
+            }
+            if !truth(ctx, frame, c)? {
                 return Ok(false);
             }
         }
         Ok(true)
     };
     match r.rule.scope {
-        Scope::Plan => match applies(ctx).and_then(|a| {
+        Scope::Plan => match applies(ctx, false).and_then(|a| {
             if a {
-                truth(ctx, &r.check).map(Some)
+                truth(ctx, frame, &r.check).map(Some)
             } else {
                 Ok(None)
             }
@@ -433,7 +489,7 @@ fn run_rule(
             Ok(None) => Outcome::NotApplicable,
             Ok(Some(true)) => Outcome::Pass,
             Ok(Some(false)) => Outcome::Violation {
-                message: message(ctx, r),
+                message: message(ctx, frame, r),
                 addresses: Vec::new(),
             },
             Err(message) => Outcome::Error { message },
@@ -447,25 +503,28 @@ fn run_rule(
                 Some(Types::Variable(name)) => variable(name),
                 None => None,
             };
-            let visit: Vec<usize> = match types {
-                Some(types) => data.changes_of_types(types.iter().map(String::as_str)),
-                None => (0..data.changes.len()).collect(),
+            let prefiltered = types.is_some();
+            let listed = types.map(|types| data.changes_of_types(&types));
+            let visit: Box<dyn Iterator<Item = usize>> = match &listed {
+                Some(list) => Box::new(list.iter().copied()),
+                None => Box::new(0..data.changes.len()),
             };
             for i in visit {
-                let change = &data.changes[i];
+                let change = data.changes[i];
                 data.set_current(i);
-                match applies(ctx) {
+                frame.change.set(views.get(i));
+                match applies(ctx, prefiltered) {
                     Ok(false) => continue,
                     Ok(true) => applied = true,
                     Err(message) => return Outcome::Error { message },
                 }
-                match truth(ctx, &r.check) {
+                match truth(ctx, frame, &r.check) {
                     Ok(true) => {}
                     Ok(false) => {
                         if let Some(a) = change["address"].as_str() {
                             addresses.push(a.to_string());
                         }
-                        first_message.get_or_insert_with(|| message(ctx, r));
+                        first_message.get_or_insert_with(|| message(ctx, frame, r));
                     }
                     Err(message) => return Outcome::Error { message },
                 }
@@ -497,6 +556,12 @@ pub fn evaluate(
     }
     let spec = serde_json::to_value(&object.spec).unwrap_or_default();
     let data = PlanData::new(plan, &spec);
+    let views: Vec<fast::ChangeView<'_>> = data
+        .changes
+        .iter()
+        .map(|rc| fast::ChangeView::new(rc))
+        .collect();
+    let lists = Default::default();
     let mut verdict = Verdict::default();
     for policy in policies.iter().filter(|p| selects(p, object)) {
         let names = policy.variables.iter().map(|v| v.name.clone()).collect();
@@ -516,6 +581,17 @@ pub fn evaluate(
                 }
             }
         }
+        let fast_variables: Vec<Option<fast::V<'_>>> =
+            values.iter().map(|(_, v)| fast::from_cel(v)).collect();
+        let frame = fast::Frame {
+            plan,
+            spec: &spec,
+            changes: &views,
+            lists: &lists,
+            variables: &fast_variables,
+            change: std::cell::Cell::new(None),
+            locals: Default::default(),
+        };
         let variable = |name: &str| {
             values
                 .iter()
@@ -527,7 +603,7 @@ pub fn evaluate(
                 Some(message) => Outcome::Error {
                     message: message.clone(),
                 },
-                None => run_rule(&ctx, &data, &variable, r),
+                None => run_rule(&ctx, &frame, &views, &data, &variable, r),
             };
             verdict.results.push(RuleResult {
                 policy: policy.name.clone(),

@@ -11,6 +11,11 @@
 //! with `scope: Resource` runs once per resource change, with the change as `change` (a name
 //! only such rules have), so a violation names the resources involved.
 //!
+//! Evaluation: expressions run on a fast evaluator over the parsed plan JSON (names resolved
+//! at load, values read in place; the `fast` module) where it covers them, and on the `cel`
+//! interpreter otherwise; every error, and every case the fast evaluator is not sure of, is
+//! the interpreter's. A differential property test holds the two to the same answers.
+//!
 //! Names every expression can use:
 //!
 //! | name | what |
@@ -33,7 +38,10 @@
 
 mod check;
 mod context;
+#[cfg(test)]
+mod differential;
 mod engine;
+mod fast;
 mod prefilter;
 mod types;
 
