@@ -40,14 +40,14 @@ mod check;
 mod context;
 #[cfg(test)]
 mod differential;
-mod engine;
+mod evaluate;
 mod fast;
+mod load;
 mod prefilter;
 mod types;
 
-pub use engine::{
-    CompiledPolicy, Outcome, PolicyError, RuleResult, Verdict, compile, evaluate, selects,
-};
+pub use evaluate::{Outcome, RuleResult, Verdict, evaluate, selects};
+pub use load::{CompiledPolicy, PolicyError, compile};
 pub use types::{
     Action, NamedExpression, PolicyMeta, Rule, Scope, TerraformPolicy, TerraformPolicySpec,
 };

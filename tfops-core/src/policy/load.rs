@@ -1,13 +1,12 @@
-//! Compiling and evaluating policies.
+//! Loading policies: parsing, checking and compiling every expression.
 
-use cel::{Context, ExecutionError, Program, Value};
+use cel::{ExecutionError, Program, Value};
 
 use super::check::{Checker, Problem, Ty, built_ins};
 use super::context::{BUILT_IN, PlanData, PolicyScope, base_context};
 use super::fast;
-use super::prefilter::{Types, strings, types_of};
-use super::types::{Action, Rule, Scope, TerraformPolicy};
-use crate::api::TerraformObject;
+use super::prefilter::{Types, types_of};
+use super::types::{Rule, Scope, TerraformPolicy};
 
 /// Why a policy could not be loaded or a plan not evaluated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,24 +61,28 @@ pub enum PolicyError {
     NotAPlan(String),
 }
 
-struct Expr {
-    what: &'static str,
-    name: String,
-    program: Program,
+/// One expression of a policy, parsed and checked.
+pub(super) struct Expr {
+    /// `variable`, `rule`, `message` or `match condition`.
+    pub(super) what: &'static str,
+    /// The name of the variable, rule or condition.
+    pub(super) name: String,
+    pub(super) program: Program,
     /// The same for the fast evaluator, when it covers the expression.
-    fast: Option<fast::Node>,
+    pub(super) fast: Option<fast::Node>,
 }
 
-struct CompiledRule {
-    rule: Rule,
-    check: Expr,
-    message: Option<Expr>,
-    conditions: Vec<Expr>,
+/// One rule of a policy, with its expressions parsed and checked.
+pub(super) struct CompiledRule {
+    pub(super) rule: Rule,
+    pub(super) check: Expr,
+    pub(super) message: Option<Expr>,
+    pub(super) conditions: Vec<Expr>,
     /// The resource types the first match condition restricts a `scope: Resource` rule to.
-    types: Option<Types>,
+    pub(super) types: Option<Types>,
     /// The first match condition without its type test, for the changes the prefilter passed
     /// (fast evaluator only).
-    residual: Option<fast::Node>,
+    pub(super) residual: Option<fast::Node>,
 }
 
 /// A policy whose expressions all compiled.
@@ -88,9 +91,9 @@ pub struct CompiledPolicy {
     pub name: String,
     /// Its namespace.
     pub namespace: String,
-    selector: std::collections::BTreeMap<String, String>,
-    variables: Vec<Expr>,
-    rules: Vec<CompiledRule>,
+    pub(super) selector: std::collections::BTreeMap<String, String>,
+    pub(super) variables: Vec<Expr>,
+    pub(super) rules: Vec<CompiledRule>,
 }
 
 impl CompiledPolicy {
@@ -344,274 +347,4 @@ fn dry_run(policy: &CompiledPolicy) -> Result<(), PolicyError> {
         }
     }
     Ok(())
-}
-
-/// What a rule found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// It holds.
-    Pass,
-    /// Its match conditions exclude this plan (or every change).
-    NotApplicable,
-    /// It does not hold.
-    Violation {
-        /// The message.
-        message: String,
-        /// The resources involved (`scope: Resource` rules).
-        addresses: Vec<String>,
-    },
-    /// It could not be evaluated on this plan (counts as a violation for `Deny`).
-    Error {
-        /// What went wrong.
-        message: String,
-    },
-}
-
-/// One rule's result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleResult {
-    /// The policy.
-    pub policy: String,
-    /// The rule.
-    pub rule: String,
-    /// Deny or Warn.
-    pub action: Action,
-    /// What it found.
-    pub outcome: Outcome,
-}
-
-/// The results of every rule of every selected policy.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Verdict {
-    /// In policy and rule order.
-    pub results: Vec<RuleResult>,
-}
-
-impl Verdict {
-    /// Whether a `Deny` rule was violated or could not be evaluated: no apply.
-    pub fn denied(&self) -> bool {
-        self.results.iter().any(|r| {
-            r.action == Action::Deny
-                && matches!(r.outcome, Outcome::Violation { .. } | Outcome::Error { .. })
-        })
-    }
-
-    /// The violated (or failed) rules.
-    pub fn violations(&self) -> impl Iterator<Item = &RuleResult> {
-        self.results
-            .iter()
-            .filter(|r| matches!(r.outcome, Outcome::Violation { .. } | Outcome::Error { .. }))
-    }
-}
-
-/// Whether `policy` applies to `object`: same namespace, and every selector label present.
-pub fn selects(policy: &CompiledPolicy, object: &TerraformObject) -> bool {
-    (policy.namespace.is_empty() || policy.namespace == object.metadata.namespace)
-        && policy
-            .selector
-            .iter()
-            .all(|(k, v)| object.metadata.labels.get(k) == Some(v))
-}
-
-fn truth(ctx: &Context<'_, '_>, frame: &fast::Frame<'_, '_>, e: &Expr) -> Result<bool, String> {
-    if let Some(node) = &e.fast
-        && let Some(fast::V::Bool(b)) = fast::run(node, frame)
-    {
-        return Ok(b);
-    }
-    match e.program.execute(ctx) {
-        Ok(Value::Bool(b)) => Ok(b),
-        Ok(other) => Err(format!(
-            "{} {:?} must be true or false, not {other:?}",
-            e.what, e.name
-        )),
-        Err(err) => Err(format!("{} {:?}: {err}", e.what, e.name)),
-    }
-}
-
-fn message(ctx: &Context<'_, '_>, frame: &fast::Frame<'_, '_>, r: &CompiledRule) -> String {
-    let fallback = || {
-        if r.rule.message.is_empty() {
-            format!("rule {} does not hold", r.rule.name)
-        } else {
-            r.rule.message.clone()
-        }
-    };
-    let Some(e) = &r.message else {
-        return fallback();
-    };
-    if let Some(node) = &e.fast
-        && let Some(fast::V::Str(s)) = fast::run(node, frame)
-    {
-        return s.to_string();
-    }
-    match e.program.execute(ctx) {
-        Ok(Value::String(s)) => s.to_string(),
-        _ => fallback(),
-    }
-}
-
-fn run_rule<'a>(
-    ctx: &Context<'_, '_>,
-    frame: &fast::Frame<'_, 'a>,
-    views: &'a [fast::ChangeView<'a>],
-    data: &PlanData<'_>,
-    variable: &dyn Fn(&str) -> Option<Vec<String>>,
-    r: &CompiledRule,
-) -> Outcome {
-    // `prefiltered`: the change is of a type the first condition's type test accepts.
-    let applies = |ctx: &Context<'_, '_>, prefiltered: bool| -> Result<bool, String> {
-        for (i, c) in r.conditions.iter().enumerate() {
-            if i == 0
-                && prefiltered
-                && let Some(node) = &r.residual
-                && let Some(fast::V::Bool(b)) = fast::run(node, frame)
-            {
-                if b {
-                    continue;
-                }
-                return Ok(false);
-            }
-            if !truth(ctx, frame, c)? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    };
-    match r.rule.scope {
-        Scope::Plan => match applies(ctx, false).and_then(|a| {
-            if a {
-                truth(ctx, frame, &r.check).map(Some)
-            } else {
-                Ok(None)
-            }
-        }) {
-            Ok(None) => Outcome::NotApplicable,
-            Ok(Some(true)) => Outcome::Pass,
-            Ok(Some(false)) => Outcome::Violation {
-                message: message(ctx, frame, r),
-                addresses: Vec::new(),
-            },
-            Err(message) => Outcome::Error { message },
-        },
-        Scope::Resource => {
-            let mut applied = false;
-            let mut addresses = Vec::new();
-            let mut first_message = None;
-            let types = match &r.types {
-                Some(Types::Listed(types)) => Some(types.clone()),
-                Some(Types::Variable(name)) => variable(name),
-                None => None,
-            };
-            let prefiltered = types.is_some();
-            let listed = types.map(|types| data.changes_of_types(&types));
-            let visit: Box<dyn Iterator<Item = usize>> = match &listed {
-                Some(list) => Box::new(list.iter().copied()),
-                None => Box::new(0..data.changes.len()),
-            };
-            for i in visit {
-                let change = data.changes[i];
-                data.set_current(i);
-                frame.change.set(views.get(i));
-                match applies(ctx, prefiltered) {
-                    Ok(false) => continue,
-                    Ok(true) => applied = true,
-                    Err(message) => return Outcome::Error { message },
-                }
-                match truth(ctx, frame, &r.check) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        if let Some(a) = change["address"].as_str() {
-                            addresses.push(a.to_string());
-                        }
-                        first_message.get_or_insert_with(|| message(ctx, frame, r));
-                    }
-                    Err(message) => return Outcome::Error { message },
-                }
-            }
-            match (applied, first_message) {
-                (false, _) => Outcome::NotApplicable,
-                (true, None) => Outcome::Pass,
-                (true, Some(message)) => Outcome::Violation { message, addresses },
-            }
-        }
-    }
-}
-
-/// Evaluates the `policies` that select `object` against `plan` (`terraform show -json`).
-///
-/// # Errors
-/// [`PolicyError::NotAPlan`] when `plan` is not plan JSON.
-pub fn evaluate(
-    policies: &[CompiledPolicy],
-    plan: &serde_json::Value,
-    object: &TerraformObject,
-) -> Result<Verdict, PolicyError> {
-    if !plan.is_object()
-        || (plan.get("format_version").is_none() && plan.get("resource_changes").is_none())
-    {
-        return Err(PolicyError::NotAPlan(
-            "expected an object with format_version and resource_changes".into(),
-        ));
-    }
-    let spec = serde_json::to_value(&object.spec).unwrap_or_default();
-    let data = PlanData::new(plan, &spec);
-    let views: Vec<fast::ChangeView<'_>> = data
-        .changes
-        .iter()
-        .map(|rc| fast::ChangeView::new(rc))
-        .collect();
-    let lists = Default::default();
-    let mut verdict = Verdict::default();
-    for policy in policies.iter().filter(|p| selects(p, object)) {
-        let names = policy.variables.iter().map(|v| v.name.clone()).collect();
-        let scope = PolicyScope::new(&data, names);
-        let ctx = base_context(&scope);
-        let mut values = Vec::new();
-        let mut broken = None;
-        for (i, v) in policy.variables.iter().enumerate() {
-            match v.program.execute(&ctx) {
-                Ok(value) => {
-                    values.push((v.name.as_str(), value.clone()));
-                    scope.set(i, value);
-                }
-                Err(e) => {
-                    broken = Some(format!("variable {:?}: {e}", v.name));
-                    break;
-                }
-            }
-        }
-        let fast_variables: Vec<Option<fast::V<'_>>> =
-            values.iter().map(|(_, v)| fast::from_cel(v)).collect();
-        let frame = fast::Frame {
-            plan,
-            spec: &spec,
-            changes: &views,
-            lists: &lists,
-            variables: &fast_variables,
-            change: std::cell::Cell::new(None),
-            locals: Default::default(),
-        };
-        let variable = |name: &str| {
-            values
-                .iter()
-                .find(|(n, _)| *n == name)
-                .and_then(|(_, v)| strings(v))
-        };
-        for r in &policy.rules {
-            let outcome = match &broken {
-                Some(message) => Outcome::Error {
-                    message: message.clone(),
-                },
-                None => run_rule(&ctx, &frame, &views, &data, &variable, r),
-            };
-            verdict.results.push(RuleResult {
-                policy: policy.name.clone(),
-                rule: r.rule.name.clone(),
-                action: r.rule.action,
-                outcome,
-            });
-        }
-    }
-    Ok(verdict)
 }
