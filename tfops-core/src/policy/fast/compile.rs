@@ -61,6 +61,9 @@ pub(in crate::policy) enum Node {
     Local(usize),
     /// `operand.field`, with the field's position among a change's fields when it is one.
     Select(Box<Node>, String, Option<u8>),
+    /// `change.<actions|before|after>.k1.k2...`: the JSON field of the current change (by its
+    /// slot) and the object keys below it.
+    ChangePath(u8, Vec<String>),
     Has(Box<Node>, String),
     List(Vec<Node>),
     And(Box<Node>, Box<Node>),
@@ -192,7 +195,17 @@ pub(in crate::policy) fn compile(e: &Expression, names: &mut Names<'_>) -> Optio
                     .iter()
                     .position(|f| *f == s.field)
                     .map(|i| i as u8);
-                Node::Select(operand, s.field.clone(), slot)
+                match *operand {
+                    // `change.after.tags`: one node reading the path in place.
+                    Node::Builtin(Builtin::Change) if slot.is_some_and(|s| s >= 4) => {
+                        Node::ChangePath(slot.unwrap_or_default(), Vec::new())
+                    }
+                    Node::ChangePath(slot, mut keys) => {
+                        keys.push(s.field.clone());
+                        Node::ChangePath(slot, keys)
+                    }
+                    operand => Node::Select(Box::new(operand), s.field.clone(), slot),
+                }
             }
         }
         Expr::List(l) if l.optional_indices.is_empty() => Node::List(

@@ -150,6 +150,18 @@ pub(super) fn eval<'a>(n: &Node, f: &Frame<'_, 'a>, locals: &mut Vec<V<'a>>) -> 
         Node::Var(i) => f.variables.get(*i)?.clone()?,
         Node::Local(i) => locals.get(*i)?.clone(),
         Node::Select(operand, field, slot) => select(&eval(operand, f, locals)?, field, *slot)?,
+        Node::ChangePath(slot, keys) => {
+            let c = f.change.get()?;
+            let mut v = match slot {
+                4 => c.actions,
+                5 => c.before,
+                _ => c.after,
+            };
+            for key in keys {
+                v = v.as_object()?.get(key)?;
+            }
+            from_json(v)
+        }
         Node::Has(operand, field) => match eval(operand, f, locals)? {
             V::Json(serde_json::Value::Object(fields)) => {
                 V::Bool(fields.contains_key(field.as_str()))
