@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::{Server, free_port, serve};
 use tfops_core::api::SourceRevisionRef;
+use tfops_core::source::refs::ResolvedRef;
 use tfops_operator::sources::git::{GitCredentials, GitError, GitSource};
 
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -105,15 +106,20 @@ fn reference(j: serde_json::Value) -> SourceRevisionRef {
 }
 
 fn tree_of(src: &GitSource, url: &str, r: &SourceRevisionRef) -> (String, String) {
-    let resolved = src.resolve(url, r, &GitCredentials::default()).unwrap();
+    tree_with(src, url, r, &GitCredentials::default())
+}
+
+/// Resolves `r`, checks it out with `creds`, and returns the commit and `main.tf`.
+fn tree_with(
+    src: &GitSource,
+    url: &str,
+    r: &SourceRevisionRef,
+    creds: &GitCredentials,
+) -> (String, String) {
+    let resolved = src.resolve(url, r, creds).unwrap();
     let dest = tempfile::tempdir().unwrap();
     let commit = src
-        .checkout(
-            url,
-            &resolved,
-            &GitCredentials::default(),
-            &dest.path().join("t"),
-        )
+        .checkout(url, &resolved, creds, &dest.path().join("t"))
         .unwrap();
     assert!(
         !dest.path().join("t/.git").exists(),
@@ -123,6 +129,15 @@ fn tree_of(src: &GitSource, url: &str, r: &SourceRevisionRef) -> (String, String
         commit,
         std::fs::read_to_string(dest.path().join("t/main.tf")).unwrap(),
     )
+}
+
+/// Resolves the reference written as JSON without credentials.
+fn resolve_anonymously(
+    src: &GitSource,
+    url: &str,
+    r: serde_json::Value,
+) -> Result<ResolvedRef, GitError> {
+    src.resolve(url, &reference(r), &GitCredentials::default())
 }
 
 #[test]
@@ -150,13 +165,8 @@ fn every_ref_kind_resolves_and_fetches_the_right_tree() {
             .contains("two"),
         "annotated tag"
     );
-    let semver = src
-        .resolve(
-            &url,
-            &reference(serde_json::json!({"semver": ">=1.0.0 <2.0.0"})),
-            &GitCredentials::default(),
-        )
-        .unwrap();
+    let semver =
+        resolve_anonymously(&src, &url, serde_json::json!({"semver": ">=1.0.0 <2.0.0"})).unwrap();
     assert_eq!(semver.name, "v1.2.0");
     let v1 = git(&d.repo("infra"), &["rev-parse", "v1.0.0"]);
     let (c, text) = tree_of(&src, &url, &reference(serde_json::json!({"commit": v1})));
@@ -207,38 +217,21 @@ fn unknown_refs_and_unreachable_hosts_are_named() {
     let d = daemon();
     let src = GitSource::new(tempfile::tempdir().unwrap().path());
     let url = d.url("infra");
-    let err = src
-        .resolve(
-            &url,
-            &reference(serde_json::json!({"branch": "nope"})),
-            &GitCredentials::default(),
-        )
-        .unwrap_err();
+    let err = resolve_anonymously(&src, &url, serde_json::json!({"branch": "nope"})).unwrap_err();
     assert!(
         matches!(err, GitError::Ref { .. })
             && err.to_string().contains("branch \"nope\" does not exist"),
         "{err}"
     );
-    let err = src
-        .resolve(
-            &url,
-            &reference(serde_json::json!({"semver": ">=9"})),
-            &GitCredentials::default(),
-        )
-        .unwrap_err();
+    let err = resolve_anonymously(&src, &url, serde_json::json!({"semver": ">=9"})).unwrap_err();
     assert!(err.to_string().contains("no tag matches"), "{err}");
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let err = src
-        .resolve(
-            &format!("git://127.0.0.1:{closed}/infra"),
-            &reference(serde_json::json!({})),
-            &GitCredentials::default(),
-        )
-        .unwrap_err();
+    let closed = free_port();
+    let err = resolve_anonymously(
+        &src,
+        &format!("git://127.0.0.1:{closed}/infra"),
+        serde_json::json!({}),
+    )
+    .unwrap_err();
     assert!(matches!(err, GitError::Unreachable { .. }), "{err}");
 }
 
@@ -313,15 +306,8 @@ fn smart_http_with_basic_auth_accepts_the_right_credentials_only() {
         password: Some("s3cret-token".into()),
         ..GitCredentials::default()
     };
-    let resolved = src.resolve(&url, &main, &good).unwrap();
-    let dest = tempfile::tempdir().unwrap();
-    src.checkout(&url, &resolved, &good, &dest.path().join("t"))
-        .unwrap();
-    assert!(
-        std::fs::read_to_string(dest.path().join("t/main.tf"))
-            .unwrap()
-            .contains("three")
-    );
+    let (_, text) = tree_with(&src, &url, &main, &good);
+    assert!(text.contains("three"));
 
     let wrong = GitCredentials {
         username: Some("alice".into()),
@@ -478,20 +464,13 @@ fn ssh_with_a_key_and_known_hosts_and_what_is_refused() {
     let known = s.known_hosts("host");
 
     let good = s.creds("client", None, &known);
-    let resolved = src.resolve(&url, &main, &good).unwrap();
-    let dest = tempfile::tempdir().unwrap();
-    src.checkout(&url, &resolved, &good, &dest.path().join("t"))
-        .unwrap();
-    assert!(
-        std::fs::read_to_string(dest.path().join("t/main.tf"))
-            .unwrap()
-            .contains("three")
-    );
+    let (commit, text) = tree_with(&src, &url, &main, &good);
+    assert!(text.contains("three"));
 
     let with_passphrase = s.creds("client-pass", Some("open sesame"), &known);
     assert_eq!(
         src.resolve(&url, &main, &with_passphrase).unwrap().sha,
-        resolved.sha
+        commit
     );
 
     // A key the server does not know.
@@ -523,10 +502,7 @@ fn ssh_with_a_key_and_known_hosts_and_what_is_refused() {
         allow_unknown_host_key: true,
         ..unknown
     };
-    assert_eq!(
-        src.resolve(&url, &main, &allowed).unwrap().sha,
-        resolved.sha
-    );
+    assert_eq!(src.resolve(&url, &main, &allowed).unwrap().sha, commit);
 }
 
 /// A CA (PEM) and, signed by it, a certificate and key for 127.0.0.1 written into `dir`.
@@ -569,15 +545,8 @@ fn https_with_a_private_ca_is_trusted_only_with_that_ca() {
         ca_bundle: ca.map(str::to_string),
         ..GitCredentials::default()
     };
-    let resolved = src.resolve(&url, &main, &creds(Some(&ca))).unwrap();
-    let dest = tempfile::tempdir().unwrap();
-    src.checkout(&url, &resolved, &creds(Some(&ca)), &dest.path().join("t"))
-        .unwrap();
-    assert!(
-        std::fs::read_to_string(dest.path().join("t/main.tf"))
-            .unwrap()
-            .contains("three")
-    );
+    let (_, text) = tree_with(&src, &url, &main, &creds(Some(&ca)));
+    assert!(text.contains("three"));
 
     let err = src
         .resolve(&url, &main, &creds(Some(&other_ca)))
@@ -618,13 +587,7 @@ fn submodules_are_fetched_only_when_asked() {
 
     let src = GitSource::new(tempfile::tempdir().unwrap().path());
     let url = d.url("parent");
-    let resolved = src
-        .resolve(
-            &url,
-            &reference(serde_json::json!({})),
-            &GitCredentials::default(),
-        )
-        .unwrap();
+    let resolved = resolve_anonymously(&src, &url, serde_json::json!({})).unwrap();
     let plain = tempfile::tempdir().unwrap();
     src.checkout(
         &url,
