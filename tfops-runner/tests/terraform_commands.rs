@@ -141,27 +141,39 @@ async fn a_broken_configuration_reports_terraforms_diagnostic() {
     }
 }
 
-#[tokio::test]
-async fn a_cancelled_apply_stops_and_says_so() {
+/// An apply that runs `seconds` (a provisioner sleeping), started 3 s ago: its directory, the
+/// command layer, the running apply and its cancel switch.
+async fn slow_apply(
+    seconds: u32,
+) -> (
+    tempfile::TempDir,
+    Terraform,
+    tokio::task::JoinHandle<Result<(), TfError>>,
+    watch::Sender<bool>,
+) {
     let dir = tempfile::tempdir().unwrap();
     write_config(
         dir.path(),
-        r#"resource "terraform_data" "slow" {
-  provisioner "local-exec" {
-    command = "sleep 60"
-  }
-}"#,
+        &format!(
+            "resource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep {seconds}\"\n  }}\n}}"
+        ),
     );
     let t = tf(dir.path());
     let (io, _log, cancel) = io();
     t.init(&io).await.unwrap();
     t.plan(PlanKind::Normal, &[], 0, &io).await.unwrap();
-    let started = std::time::Instant::now();
     let apply = tokio::spawn({
         let t = t.clone();
         async move { t.apply(&io).await }
     });
     tokio::time::sleep(Duration::from_secs(3)).await;
+    (dir, t, apply, cancel)
+}
+
+#[tokio::test]
+async fn a_cancelled_apply_stops_and_says_so() {
+    let started = std::time::Instant::now();
+    let (_dir, _t, apply, cancel) = slow_apply(60).await;
     cancel.send(true).unwrap();
     let result = apply.await.unwrap();
     assert!(matches!(result, Err(TfError::Cancelled)), "{result:?}");
@@ -173,24 +185,7 @@ async fn a_cancelled_apply_stops_and_says_so() {
 
 #[tokio::test]
 async fn a_held_state_lock_is_reported_with_its_id_and_holder() {
-    let dir = tempfile::tempdir().unwrap();
-    write_config(
-        dir.path(),
-        r#"resource "terraform_data" "slow" {
-  provisioner "local-exec" {
-    command = "sleep 8"
-  }
-}"#,
-    );
-    let t = tf(dir.path());
-    let (io1, _log1, _c1) = io();
-    t.init(&io1).await.unwrap();
-    t.plan(PlanKind::Normal, &[], 0, &io1).await.unwrap();
-    let holder = tokio::spawn({
-        let t = t.clone();
-        async move { t.apply(&io1).await }
-    });
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_dir, t, holder, _cancel) = slow_apply(8).await;
     let (io2, _log2, _c2) = io();
     let err = t.plan(PlanKind::Normal, &[], 0, &io2).await.unwrap_err();
     match err {
