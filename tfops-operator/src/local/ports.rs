@@ -2,7 +2,7 @@
 //! ConfigMap manifests, plans, outputs, status and state in the state directory.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -117,6 +117,18 @@ fn oci_error(e: OciError) -> PortError {
     }
 }
 
+/// The tree in `dir`, filtered by `ignore`, as the archive the runner receives; `what` names
+/// the source in an error.
+fn archive(dir: &Path, ignore: Option<&str>, what: &str) -> Result<Artifact, PortError> {
+    let mut data = Vec::new();
+    let summary = tfops_core::source::build_archive(dir, ignore, &mut data)
+        .map_err(|e| PortError::Invalid(format!("archiving {what}: {e}")))?;
+    Ok(Artifact {
+        sha256: summary.sha256,
+        data: Arc::new(data),
+    })
+}
+
 fn is_git(source: &SourceRef) -> bool {
     source.kind == SourceKind::GitRepository && !source.url.starts_with("file://")
 }
@@ -199,13 +211,7 @@ impl LocalWorld {
             )
             .await
             .map_err(oci_error)?;
-        let mut data = Vec::new();
-        let summary = tfops_core::source::build_archive(&dest, ignore, &mut data)
-            .map_err(|e| PortError::Invalid(format!("archiving {}: {e}", source.url)))?;
-        Ok(Artifact {
-            sha256: summary.sha256,
-            data: Arc::new(data),
-        })
+        archive(&dest, ignore, &source.url)
     }
 
     async fn git_resolve(
@@ -256,13 +262,7 @@ impl LocalWorld {
             let dest = tree.path().join("src");
             git.checkout_with(&url, &resolved, &creds, &dest, submodules)
                 .map_err(git_error)?;
-            let mut data = Vec::new();
-            let summary = tfops_core::source::build_archive(&dest, ignore.as_deref(), &mut data)
-                .map_err(|e| PortError::Invalid(format!("archiving {url}: {e}")))?;
-            Ok(Artifact {
-                sha256: summary.sha256,
-                data: Arc::new(data),
-            })
+            archive(&dest, ignore.as_deref(), &url)
         })
         .await
         .map_err(|e| PortError::Unavailable(e.to_string()))?
@@ -279,20 +279,12 @@ impl SourcePort for LocalWorld {
             return self.oci_resolve(object, source).await;
         }
         let dir = self.source_dir(object, source)?;
-        let mut data = Vec::new();
-        let summary = tfops_core::source::build_archive(&dir, None, &mut data)
-            .map_err(|e| PortError::Invalid(format!("archiving {}: {e}", dir.display())))?;
+        let artifact = archive(&dir, None, &dir.display().to_string())?;
         let revision = Revision {
             reference: "local".into(),
-            digest: format!("sha256:{}", summary.sha256),
+            digest: format!("sha256:{}", artifact.sha256),
         };
-        lock(&self.artifacts).insert(
-            summary.sha256.clone(),
-            Artifact {
-                sha256: summary.sha256,
-                data: Arc::new(data),
-            },
-        );
+        lock(&self.artifacts).insert(artifact.sha256.clone(), artifact);
         Ok(revision)
     }
 
@@ -315,13 +307,7 @@ impl SourcePort for LocalWorld {
             return Ok(a);
         }
         let dir = self.source_dir(object, source)?;
-        let mut data = Vec::new();
-        let summary = tfops_core::source::build_archive(&dir, ignore, &mut data)
-            .map_err(|e| PortError::Invalid(format!("archiving {}: {e}", dir.display())))?;
-        Ok(Artifact {
-            sha256: summary.sha256,
-            data: Arc::new(data),
-        })
+        archive(&dir, ignore, &dir.display().to_string())
     }
 }
 
