@@ -85,6 +85,25 @@ fn outcome_name(o: &Outcome) -> &'static str {
     }
 }
 
+/// What a policy is evaluated against when no `Terraform` object is given: an object of
+/// `namespace` with no labels and a spec naming only a local source.
+pub fn object_in(namespace: &str) -> TerraformObject {
+    // A constant document holding the one required field of the spec: it always parses.
+    #[allow(clippy::expect_used)]
+    let spec =
+        serde_json::from_value(serde_json::json!({"sourceRef": {"kind": "Local", "url": "."}}))
+            .expect("a spec with only a source parses");
+    TerraformObject {
+        metadata: ObjectMeta {
+            name: "policy-test".into(),
+            namespace: namespace.to_string(),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: Default::default(),
+    }
+}
+
 fn err(path: &Path, message: impl ToString) -> PolicyTestError {
     PolicyTestError::File {
         path: path.to_path_buf(),
@@ -139,18 +158,7 @@ pub fn run(dir: &Path) -> Result<Vec<Checked>, PolicyTestError> {
             for p in &compiled {
                 let mut object = match &given {
                     Some(o) => o.clone(),
-                    None => TerraformObject {
-                        metadata: ObjectMeta {
-                            name: "test".into(),
-                            namespace: p.namespace.clone(),
-                            ..ObjectMeta::default()
-                        },
-                        spec: serde_json::from_value(
-                            serde_json::json!({"sourceRef": {"kind": "Local", "url": "."}}),
-                        )
-                        .map_err(|e| err(&file, e))?,
-                        status: Default::default(),
-                    },
+                    None => object_in(&p.namespace),
                 };
                 if let Some(ns) = &case.namespace {
                     object.metadata.namespace = ns.clone();

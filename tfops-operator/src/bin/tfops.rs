@@ -151,7 +151,7 @@ async fn watch(local: &Local) -> anyhow::Result<bool> {
 /// Evaluates policies (YAML files of `TerraformPolicy` documents) against a plan JSON and
 /// prints the verdict of every rule; exits 1 when a Deny rule is violated.
 fn policy(args: &[String]) -> anyhow::Result<bool> {
-    use tfops_core::policy::{Action, Outcome, compile, evaluate};
+    use tfops_core::policy::{Action, Outcome, Verdict, compile, evaluate};
     use tfops_operator::local::manifest;
     if let [verb, dir] = args
         && verb == "test"
@@ -204,28 +204,19 @@ fn policy(args: &[String]) -> anyhow::Result<bool> {
         .with_context(|| format!("reading {}", plan_path.display()))?;
     let plan: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("{} is not JSON", plan_path.display()))?;
-    let target = match read.objects.first() {
-        Some(m) => m.object(),
-        // Without an object, every policy applies (as to an object of its own namespace).
-        None => tfops_core::api::TerraformObject {
-            metadata: tfops_core::api::ObjectMeta::default(),
-            spec: serde_json::from_value(
-                serde_json::json!({"sourceRef": {"kind": "Local", "url": "."}}),
-            )?,
-            status: Default::default(),
-        },
-    };
-    let mut all = Vec::new();
+    // Without an object, each policy is evaluated as for an object of its own namespace.
+    let mut verdict = Verdict::default();
     for p in &compiled {
-        let mut object = target.clone();
-        if read.objects.is_empty() {
-            object.metadata.namespace = p.namespace.clone();
-        }
-        all.extend(evaluate(std::slice::from_ref(p), &plan, &object)?.results);
+        let object = match read.objects.first() {
+            Some(m) => m.object(),
+            None => tfops_operator::policy_test::object_in(&p.namespace),
+        };
+        verdict
+            .results
+            .extend(evaluate(std::slice::from_ref(p), &plan, &object)?.results);
     }
     println!("{:<20} {:<28} {:<5} RESULT", "POLICY", "RULE", "ACTION");
-    let mut denied = false;
-    for r in &all {
+    for r in &verdict.results {
         let action = if r.action == Action::Deny {
             "Deny"
         } else {
@@ -242,11 +233,9 @@ fn policy(args: &[String]) -> anyhow::Result<bool> {
             }
             Outcome::Error { message } => format!("ERROR: {message}"),
         };
-        denied |= r.action == Action::Deny
-            && matches!(r.outcome, Outcome::Violation { .. } | Outcome::Error { .. });
         println!("{:<20} {:<28} {:<5} {result}", r.policy, r.rule, action);
     }
-    Ok(!denied)
+    Ok(!verdict.denied())
 }
 
 /// Publishes a directory as an OCI artifact tfops can consume.
