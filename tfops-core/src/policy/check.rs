@@ -72,15 +72,18 @@ const CHANGE_FIELDS: &[&str] = &[
 /// The names every expression may read, with their types (`change` is bound for
 /// `scope: Resource` rules only).
 pub(super) fn built_ins() -> Vec<(String, Ty)> {
-    let json = || Ty::Map(Box::new(Ty::String), Box::new(Ty::Dyn));
-    let changes = || Ty::List(Box::new(Ty::Change));
-    let mut out = vec![("plan".to_string(), json()), ("object".to_string(), json())];
-    for list in [
-        "changes", "changed", "creates", "updates", "deletes", "replaces",
-    ] {
-        out.push((list.to_string(), changes()));
-    }
-    out
+    super::context::BUILT_IN
+        .iter()
+        .filter(|name| **name != "change")
+        .map(|name| {
+            let ty = match *name {
+                "plan" | "object" => Ty::Map(Box::new(Ty::String), Box::new(Ty::Dyn)),
+                // `changes`, `changed`, `creates`, ...: lists of changes.
+                _ => Ty::List(Box::new(Ty::Change)),
+            };
+            (name.to_string(), ty)
+        })
+        .collect()
 }
 
 /// Checks `e` with `names` in scope (innermost last); returns its type.
