@@ -896,3 +896,20 @@ async fn a_broken_policy_never_silently_passes() {
     assert_eq!(reason, "ValidationFailed");
     assert!(message.contains("chnges"), "{message}");
 }
+
+#[tokio::test]
+async fn a_broken_policy_only_blocks_the_objects_it_selects() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    let broken: tfops_core::policy::TerraformPolicy = serde_json::from_value(json!({
+        "metadata": {"name": "typo", "namespace": "team-a"},
+        "spec": {"selector": {"tier": "prod"},
+                 "rules": [{"name": "r", "expression": "chnges.size() == 0"}]}
+    }))
+    .unwrap();
+    w.lock().policies.push(broken);
+    reconcile(&w, &key).await;
+    assert_eq!(w.applies(&key), 1, "vpc has no tier=prod label");
+    let (_, reason, _) = ready(&w, &key);
+    assert_ne!(reason, "ValidationFailed");
+}

@@ -69,9 +69,18 @@ impl Verdict {
 
 /// Whether `policy` applies to `object`: same namespace, and every selector label present.
 pub fn selects(policy: &CompiledPolicy, object: &TerraformObject) -> bool {
-    (policy.namespace.is_empty() || policy.namespace == object.metadata.namespace)
-        && policy
-            .selector
+    selected(&policy.namespace, &policy.selector, object)
+}
+
+/// Whether a policy of `namespace` with `selector` applies to `object` (an empty namespace:
+/// a policy read from a file without one, which applies to any object).
+pub(super) fn selected(
+    namespace: &str,
+    selector: &std::collections::BTreeMap<String, String>,
+    object: &TerraformObject,
+) -> bool {
+    (namespace.is_empty() || namespace == object.metadata.namespace)
+        && selector
             .iter()
             .all(|(k, v)| object.metadata.labels.get(k) == Some(v))
 }

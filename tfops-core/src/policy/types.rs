@@ -13,6 +13,14 @@ pub struct TerraformPolicy {
     pub spec: TerraformPolicySpec,
 }
 
+impl TerraformPolicy {
+    /// Whether this policy applies to `object` (decided before its rules are compiled, so a
+    /// broken policy only blocks the objects it selects).
+    pub fn selects(&self, object: &crate::api::TerraformObject) -> bool {
+        super::evaluate::selected(&self.metadata.namespace, &self.spec.selector, object)
+    }
+}
+
 /// The metadata a policy needs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -212,7 +212,9 @@ impl Driver {
         plan_json: &str,
     ) -> Result<Vec<crate::api::PolicyViolation>, PortError> {
         use crate::policy::{Action, Outcome as Found};
-        let policies = self.ports.policies.policies(object).await?;
+        let mut policies = self.ports.policies.policies(object).await?;
+        // Only the policies that select this object: another's broken rule does not block it.
+        policies.retain(|p| p.selects(object));
         if policies.is_empty() {
             return Ok(Vec::new());
         }
