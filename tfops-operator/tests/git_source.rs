@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Server, free_port, serve};
+use common::{Server, free_port, serve, tfops};
 use tfops_core::api::SourceRevisionRef;
 use tfops_core::source::refs::ResolvedRef;
 use tfops_operator::sources::git::{GitCredentials, GitError, GitSource};
@@ -244,22 +244,9 @@ fn local_mode_reconciles_a_git_repository() {
         d.url("infra")
     );
     std::fs::write(project.path().join("terraform.yaml"), yaml).unwrap();
-    let terraform = std::env::var_os("TFOPS_TERRAFORM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("terraform"));
-    let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
-        .args(["local", "apply", "-f", "terraform.yaml"])
-        .current_dir(project.path())
-        .env("TFOPS_TERRAFORM", terraform)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tfops(project.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let stdout = out.stdout;
     let tag = git(&d.repo("infra"), &["rev-parse", "v1.2.0^{commit}"]);
     assert!(
         stdout.contains(&format!("v1.2.0@sha1:{tag}")),

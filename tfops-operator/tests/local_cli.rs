@@ -413,31 +413,26 @@ fn policy_eval_prints_each_rule_and_fails_on_deny() {
     )
     .unwrap();
     std::fs::write(dir.path().join("notaplan.json"), "[1, 2]").unwrap();
-    let run = |policy: &str, plan: &Path| {
-        let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
-            .args(["policy", "eval", "--policy", policy, "--plan"])
-            .arg(plan)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+    let plan = plan.to_str().unwrap();
+    let run = |policy: &str, plan: &str| {
+        let out = tfops(
+            dir.path(),
+            &["policy", "eval", "--policy", policy, "--plan", plan],
+        );
+        (out.code, out.stdout, out.stderr)
     };
-    let (code, stdout, _) = run("deny.yaml", &plan);
-    assert_eq!(code, Some(1));
+    let (code, stdout, _) = run("deny.yaml", plan);
+    assert_eq!(code, 1);
     assert!(
         stdout.contains("no-db-deletes")
             && stdout.contains("VIOLATED: terraform_data.db would be deleted (terraform_data.db)"),
         "{stdout}"
     );
-    let (code, stdout, _) = run("ok.yaml", &plan);
-    assert_eq!(code, Some(0), "{stdout}");
+    let (code, stdout, _) = run("ok.yaml", plan);
+    assert_eq!(code, 0, "{stdout}");
     assert!(stdout.contains("pass"), "{stdout}");
-    let (code, _, stderr) = run("ok.yaml", &dir.path().join("notaplan.json"));
-    assert_eq!(code, Some(2));
+    let (code, _, stderr) = run("ok.yaml", "notaplan.json");
+    assert_eq!(code, 2);
     assert!(stderr.contains("not a Terraform plan"), "{stderr}");
 }
 
@@ -461,28 +456,15 @@ fn policy_test_checks_expectations_like_a_test_runner() {
         )
     };
     std::fs::write(dir.path().join("policy.test.yaml"), cases("violated")).unwrap();
-    let run = || {
-        Command::new(env!("CARGO_BIN_EXE_tfops"))
-            .args(["policy", "test"])
-            .arg(dir.path())
-            .output()
-            .unwrap()
-    };
-    let out = run();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
+    let out = tfops(dir.path(), &["policy", "test", "."]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("3 passed, 0 failed"), "{}", out.stdout);
     std::fs::write(dir.path().join("policy.test.yaml"), cases("pass")).unwrap();
-    let out = run();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1));
+    let out = tfops(dir.path(), &["policy", "test", "."]);
+    assert_eq!(out.code, 1);
     assert!(
-        stdout.contains("FAIL") && stdout.contains("2 passed, 1 failed"),
-        "{stdout}"
+        out.stdout.contains("FAIL") && out.stdout.contains("2 passed, 1 failed"),
+        "{}",
+        out.stdout
     );
 }
