@@ -123,10 +123,10 @@ fn message(ctx: &Context<'_, '_>, frame: &fast::Frame<'_, '_>, r: &CompiledRule)
     }
 }
 
-fn run_rule<'a>(
+/// One rule's outcome: once on the plan, or on each change (of the prefiltered types).
+fn run_rule(
     ctx: &Context<'_, '_>,
-    frame: &fast::Frame<'_, 'a>,
-    views: &'a [fast::ChangeView<'a>],
+    frame: &fast::Frame<'_, '_>,
     data: &PlanData<'_>,
     variable: &dyn Fn(&str) -> Option<Vec<String>>,
     r: &CompiledRule,
@@ -184,7 +184,7 @@ fn run_rule<'a>(
             for i in visit {
                 let change = data.changes[i];
                 data.set_current(i);
-                frame.change.set(views.get(i));
+                frame.change.set(frame.changes.get(i));
                 match applies(ctx, prefiltered) {
                     Ok(false) => continue,
                     Ok(true) => applied = true,
@@ -275,7 +275,7 @@ pub fn evaluate(
                 Some(message) => Outcome::Error {
                     message: message.clone(),
                 },
-                None => run_rule(&ctx, &frame, &views, &data, &variable, r),
+                None => run_rule(&ctx, &frame, &data, &variable, r),
             };
             verdict.results.push(RuleResult {
                 policy: policy.name.clone(),
