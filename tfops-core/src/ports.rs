@@ -136,6 +136,31 @@ impl std::fmt::Debug for ResolvedInputs {
     }
 }
 
+impl ResolvedInputs {
+    /// A SHA-256 of every input (variables, files with their locations, CLI config). It says
+    /// whether inputs changed between runs without keeping any value: a rotated password in a
+    /// `varsFrom` Secret changes it, and then the run plans instead of only checking drift.
+    pub fn digest(&self) -> String {
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        for (name, value) in &self.vars {
+            parts.push(b"var".to_vec());
+            parts.push(name.as_bytes().to_vec());
+            parts.push(crate::digest::canonical_json(value).into_bytes());
+        }
+        for file in &self.files {
+            parts.push(b"file".to_vec());
+            parts.push(format!("{:?}", file.location).into_bytes());
+            parts.push(file.path.as_bytes().to_vec());
+            parts.push(file.content.clone());
+        }
+        if let Some(config) = &self.cli_config {
+            parts.push(b"cli-config".to_vec());
+            parts.push(config.clone());
+        }
+        crate::digest::sha256_of_parts(parts.iter().map(Vec::as_slice))
+    }
+}
+
 /// A file mapping with its content.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ResolvedFile {

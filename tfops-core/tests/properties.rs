@@ -12,7 +12,6 @@ use proptest::prelude::*;
 use serde_json::json;
 use tfops_core::api::{ApprovePlan, ObjectKey, TerraformObject, annotations};
 use tfops_core::conditions::{self, ConditionStatus, ConditionType, Reason};
-use tfops_core::naming;
 use tfops_core::ports::PortError;
 use tfops_core::reconcile::{Progress, RunReport, Snapshot, StepKind, decide};
 use tfops_core::testing::{FakeOp, FakeWorld};
@@ -44,7 +43,8 @@ enum Action {
     Reconcile(usize),
     Edit(usize, Edit),
     NewRevision(usize, u8),
-    ApproveByAnnotation(usize, bool),
+    /// (object, names the pending plan, with a fresh `@token`).
+    ApproveByAnnotation(usize, bool, bool),
     Replan(usize),
     RequestReconcile(usize),
     UnlockByAnnotation(usize),
@@ -69,7 +69,7 @@ fn edit() -> impl Strategy<Value = Edit> {
         1 => Just(Edit::PlanOnly),
         1 => Just(Edit::Suspend),
         1 => Just(Edit::Destroy),
-        1 => Just(Edit::BumpVar),
+        3 => Just(Edit::BumpVar),
         1 => Just(Edit::DestroyOnDeletion),
         1 => Just(Edit::DeleteStateOnDestroy),
         1 => (-1i64..3).prop_map(Edit::Retries),
@@ -107,12 +107,15 @@ const FAULTS: &[FakeOp] = &[
 ];
 
 fn action() -> impl Strategy<Value = Action> {
-    let obj = 0usize..2;
+    // `app` (manual approval) is where approvals matter: three times as many edits as `net`
+    // (both are reconciled alike, so that `net` stays a Ready dependency often enough).
+    let obj = prop_oneof![1 => Just(0usize), 3 => Just(1usize)];
     prop_oneof![
-        12 => obj.clone().prop_map(Action::Reconcile),
+        12 => (0usize..2).prop_map(Action::Reconcile),
         4 => (obj.clone(), edit()).prop_map(|(o, e)| Action::Edit(o, e)),
         1 => (obj.clone(), 0u8..4).prop_map(|(o, r)| Action::NewRevision(o, r)),
-        1 => (obj.clone(), any::<bool>()).prop_map(|(o, right)| Action::ApproveByAnnotation(o, right)),
+        4 => (obj.clone(), proptest::bool::weighted(0.8), any::<bool>())
+            .prop_map(|(o, right, token)| Action::ApproveByAnnotation(o, right, token)),
         1 => obj.clone().prop_map(Action::Replan),
         1 => obj.clone().prop_map(Action::RequestReconcile),
         1 => obj.clone().prop_map(Action::UnlockByAnnotation),
@@ -125,11 +128,17 @@ fn action() -> impl Strategy<Value = Action> {
     ]
 }
 
+/// What a plan does, as a human reads it in the stored plan: address → (before, after).
+type Changes = std::collections::BTreeMap<String, (Option<String>, Option<String>)>;
+
 struct Model {
     world: FakeWorld,
     keys: [ObjectKey; 2],
     repos: [&'static str; 2],
     counter: u64,
+    /// The model of the approval timeline, independent of how tfops decides: per object, the
+    /// changes a human approved after seeing them pending and that were not applied since.
+    approved: [Option<Changes>; 2],
 }
 
 impl Model {
@@ -145,16 +154,34 @@ impl Model {
             "net",
             json!({"approvePlan": "auto", "vars": [{"name": "n", "value": 0}]}),
         ));
-        let b = world.create(object(
-            "app",
-            json!({"sourceRef": {"url": OTHER_REPO}, "dependsOn": [{"name": "net"}]}),
-        ));
+        let b = world.create(object("app", json!({"sourceRef": {"url": OTHER_REPO}})));
         Self {
             world,
             keys: [a, b],
             repos: [REPO, OTHER_REPO],
             counter: 0,
+            approved: [None, None],
         }
+    }
+
+    /// What a human sees pending now: the plan id in status and the stored plan's changes.
+    fn pending_view(&self, i: usize) -> Option<(String, Changes)> {
+        let o = self.world.object(&self.keys[i])?;
+        if o.status.plan.pending.is_empty() {
+            return None;
+        }
+        let stored = self
+            .world
+            .lock()
+            .plans
+            .get(&(self.keys[i].clone(), o.spec.workspace.clone()))
+            .cloned()?;
+        Some((o.status.plan.pending, changes_of(&stored.shown.json)))
+    }
+
+    /// A human who looked at the pending plan approves what they saw.
+    fn approve_what_is_seen(&mut self, i: usize) {
+        self.approved[i] = self.pending_view(i).map(|(_, c)| c);
     }
 
     fn token(&mut self) -> String {
@@ -171,10 +198,12 @@ impl Model {
         match action.clone() {
             Action::Reconcile(i) => return self.reconcile_and_check(i, rt),
             Action::Edit(i, e) => {
-                let pending = w
-                    .object(&self.keys[i])
-                    .map(|o| o.status.plan.pending)
+                let before = w.object(&self.keys[i]);
+                let pending = before
+                    .as_ref()
+                    .map(|o| o.status.plan.pending.clone())
                     .unwrap_or_default();
+                let approve_before = before.map(|o| o.spec.approve_plan).unwrap_or_default();
                 w.edit(&self.keys[i], |s| match e {
                     Edit::ApproveAuto => s.approve_plan = "auto".into(),
                     Edit::ApproveManual => s.approve_plan.clear(),
@@ -220,6 +249,14 @@ impl Model {
                         }
                     }
                 });
+                // Changing approvePlan to the pending id is a human approving what they see.
+                let approve_after = w
+                    .object(&self.keys[i])
+                    .map(|o| o.spec.approve_plan)
+                    .unwrap_or_default();
+                if !pending.is_empty() && approve_after == pending && approve_before != pending {
+                    self.approve_what_is_seen(i);
+                }
             }
             Action::NewRevision(i, r) => {
                 let value = r.to_string();
@@ -235,18 +272,28 @@ impl Model {
                     &[(address, value.as_str())],
                 );
             }
-            Action::ApproveByAnnotation(i, right) => {
-                let pending = w
-                    .object(&self.keys[i])
-                    .map(|o| o.status.plan.pending)
+            Action::ApproveByAnnotation(i, right, token) => {
+                let before = w.object(&self.keys[i]);
+                let pending = before
+                    .as_ref()
+                    .map(|o| o.status.plan.pending.clone())
                     .unwrap_or_default();
                 let id = if right {
-                    pending
+                    pending.clone()
                 } else {
                     "plan-main-0000000000".into()
                 };
                 let t = self.token();
-                w.annotate(&self.keys[i], annotations::APPROVE, &id);
+                let value = if token { format!("{id}@{t}") } else { id };
+                // A new value naming the pending plan is an approval of what is seen.
+                let changed = before
+                    .as_ref()
+                    .is_some_and(|o| o.annotation(annotations::APPROVE) != Some(value.as_str()));
+                let names_pending = value.split('@').next() == Some(pending.as_str());
+                if names_pending && changed && !pending.is_empty() {
+                    self.approve_what_is_seen(i);
+                }
+                w.annotate(&self.keys[i], annotations::APPROVE, &value);
                 w.annotate(&self.keys[i], annotations::RECONCILE, &t);
             }
             Action::Replan(i) => {
@@ -299,21 +346,31 @@ impl Model {
             (l.calls.len(), l.sessions, l.deleted_states.len())
         };
         let now0 = w.lock().now;
-        let revision = w.lock().sources.get(&before.spec.source_ref.url).cloned();
         let guarded = !w.lock().policies.is_empty();
-        let real_before = w
-            .lock()
-            .infra
-            .get(key)
-            .map(|i| i.real.clone())
-            .unwrap_or_default();
+        let real = || {
+            w.lock()
+                .infra
+                .get(key)
+                .map(|i| i.real.clone())
+                .unwrap_or_default()
+        };
+        let real_before = real();
         let result = rt.block_on(w.reconcile(key));
         let calls: Vec<_> = w.lock().calls[calls_before..].to_vec();
         let new_sessions = w.lock().sessions > sessions_before;
         let deleting = before.metadata.deletion_timestamp.is_some();
 
-        // Nothing is applied without auto, force or the matching pending plan id, and never
-        // without a plan made in the same session first.
+        // Nothing is applied without auto or force, unless a human approved exactly what it
+        // does after seeing it pending, and never without a plan made in the same session.
+        let real_after = real();
+        let applied_plan = w
+            .lock()
+            .plans
+            .get(&(key.clone(), before.spec.workspace.clone()))
+            .map(|p| changes_of(&p.shown.json));
+        let automatic =
+            before.spec.force || ApprovePlan::parse(&before.spec.approve_plan) == ApprovePlan::Auto;
+        let mut applied = false;
         for (n, call) in calls
             .iter()
             .enumerate()
@@ -321,31 +378,39 @@ impl Model {
         {
             prop_assert!(!deleting, "apply during deletion");
             prop_assert!(!before.spec.plan_only, "apply with planOnly");
-            let (reference, sha) = revision.clone().unwrap();
-            let id = naming::plan_id(&reference, &sha);
-            let by_id = before.spec.approve_plan == id
-                || (before.annotation(annotations::APPROVE) == Some(id.as_str())
-                    && before.annotation(annotations::RECONCILE)
-                        != before.status.last_handled_reconcile_at.as_deref());
-            let approved = before.spec.force
-                || ApprovePlan::parse(&before.spec.approve_plan) == ApprovePlan::Auto
-                || (by_id && before.status.plan.pending == id);
-            prop_assert!(approved, "applied without approval: {:?}", before.spec);
+            if !automatic {
+                prop_assert!(
+                    self.approved[i].is_some() && self.approved[i] == applied_plan,
+                    "applied a plan nobody approved: applied {:?}, approved {:?}, status {:?}",
+                    applied_plan,
+                    self.approved[i],
+                    before.status.plan
+                );
+            }
             let planned_first = calls[..n]
                 .iter()
                 .any(|c| c.session == call.session && c.op == FakeOp::Plan);
             prop_assert!(planned_first, "apply without a plan in the same session");
+            applied = true;
+        }
+        if applied && real_after != real_before {
+            prop_assert_eq!(
+                Some(diff(&real_before, &real_after)),
+                applied_plan.clone(),
+                "what changed is not the plan"
+            );
+            // An approval counts once.
+            self.approved[i] = None;
+        }
+        // An approval is for the plan that was pending when it was given: once another plan
+        // (or none) is pending, it is void.
+        if self.approved[i].is_some() && self.pending_view(i).map(|(_, c)| c) != self.approved[i] {
+            self.approved[i] = None;
         }
 
         // Nothing a Deny policy forbids is applied: with the guard policy in place, an apply
         // never makes a resource "2" that was not, nor removes the drifted resource.
         if guarded && calls.iter().any(|c| c.op == FakeOp::Apply) {
-            let real_after = w
-                .lock()
-                .infra
-                .get(key)
-                .map(|i| i.real.clone())
-                .unwrap_or_default();
             for (address, value) in &real_after {
                 prop_assert!(
                     value != "2" || real_before.get(address).map(String::as_str) == Some("2"),
@@ -510,6 +575,37 @@ fn check_replay(
         progress.push(record.step, record.at, record.result.clone());
     }
     Ok(())
+}
+
+/// The changes of a plan's `show -json` as address → (before, after).
+fn changes_of(json: &str) -> Changes {
+    let doc: serde_json::Value = serde_json::from_str(json).unwrap();
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    doc["resource_changes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|rc| {
+            let c = &rc["change"];
+            (
+                rc["address"].as_str().unwrap().to_string(),
+                (text(&c["before"]), text(&c["after"])),
+            )
+        })
+        .collect()
+}
+
+/// What changed from `before` to `after`, in the same form.
+fn diff(
+    before: &std::collections::BTreeMap<String, String>,
+    after: &std::collections::BTreeMap<String, String>,
+) -> Changes {
+    before
+        .keys()
+        .chain(after.keys())
+        .filter(|k| before.get(*k) != after.get(*k))
+        .map(|k| (k.clone(), (before.get(k).cloned(), after.get(k).cloned())))
+        .collect()
 }
 
 fn sha(object: usize, revision: u8) -> String {

@@ -623,7 +623,9 @@ async fn a_standing_approval_never_applies_a_plan_nobody_saw() {
         "an approval given before the plan existed does not count"
     );
     assert!(
-        ready(&w, &key).2.contains("new or changed since"),
+        ready(&w, &key)
+            .2
+            .contains("was given before this plan was made"),
         "{}",
         ready(&w, &key).2
     );

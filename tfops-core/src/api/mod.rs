@@ -45,15 +45,20 @@ pub mod annotations {
     //!
     //! | action | edit |
     //! | --- | --- |
-    //! | approve | `spec.approvePlan: <status.plan.pending>`, or the [`APPROVE`] annotation with that id plus a new [`RECONCILE`] value |
+    //! | approve | the [`APPROVE`] annotation set to `<status.plan.pending>@<a new token>` (a timestamp) plus a new [`RECONCILE`] value, or `spec.approvePlan` changed to `<status.plan.pending>` |
     //! | re-plan | [`REPLAN`] set to a new value (a timestamp): a fresh plan even when nothing changed |
     //! | suspend / resume | `spec.suspend: true` / `false` |
     //! | force-unlock | [`FORCE_UNLOCK`] set to `status.lock.pending` plus a new [`RECONCILE`] value (or `spec.tfstate.forceUnlock: yes` with `lockIdentifier`) |
     //! | reconcile now | [`RECONCILE`] set to a new value (a timestamp) |
     //!
-    //! An approval counts only for a plan that was pending before it was given, made from the same
-    //! spec (apart from `approvePlan`): plan ids name a source revision, so this is what keeps an
-    //! old approval from applying a newer plan of the same revision that nobody reviewed.
+    //! An approval counts once, and only for the plan that was pending when it was given: the
+    //! value of `spec.approvePlan` and of the [`APPROVE`] annotation are recorded when a plan
+    //! becomes pending (`status.plan.seenApprovePlan`, `status.plan.seenApproval`), and only a
+    //! value changed after that approves. It approves what the plan would do
+    //! (`status.plan.pendingDigest`): the plan re-made before applying is applied only when it
+    //! would do exactly that, and otherwise becomes the new pending plan. Plan ids name a source
+    //! revision, so without this an old approval could apply a newer plan of the same revision
+    //! that nobody reviewed.
 
     /// Any new value requests a run now; the handled value is kept in
     /// `status.lastHandledReconcileAt`.
@@ -62,12 +67,19 @@ pub mod annotations {
     /// shortcut) and replaces a pending plan; the handled value is kept in
     /// `status.lastHandledReplanAt`.
     pub const REPLAN: &str = "infra.argocd.io/replan";
-    /// A plan id: approves that pending plan without editing the spec that Git (and Argo CD's
-    /// self-heal) owns. It counts on the run started by a new [`RECONCILE`] value set with it.
+    /// `<plan id>` or `<plan id>@<token>`: approves that pending plan without editing the spec
+    /// that Git (and Argo CD's self-heal) owns. A value counts once: to approve a plan again
+    /// (its content changed under the same id), give a new token. It is acted on by the run
+    /// that a new [`RECONCILE`] value set with it starts (or the next scheduled one).
     pub const APPROVE: &str = "infra.argocd.io/approve";
     /// A lock id: releases the state lock with that id once (`terraform force-unlock`) when it
     /// equals `status.lock.pending`, on the next run (set a new [`RECONCILE`] value to run now).
     pub const FORCE_UNLOCK: &str = "infra.argocd.io/force-unlock";
+
+    /// The plan id an [`APPROVE`] value names: the part before the first `@`.
+    pub fn approved_plan_id(value: &str) -> &str {
+        value.split_once('@').map_or(value, |(id, _)| id).trim()
+    }
 }
 
 /// The finalizer tfops puts on every `Terraform` object it manages. While it is present the

@@ -23,6 +23,11 @@ pub struct TerraformStatus {
     /// The source revision of the last successful apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_applied_revision: Option<String>,
+    /// A SHA-256 of the resolved inputs (variables, `varsFrom`, file mappings, CLI config) of
+    /// the last successful apply (or plan without changes). Values are never kept; a different
+    /// digest means the next run plans instead of only checking drift.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_inputs_digest: Option<String>,
     /// When the last plan was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_plan_at: Option<jiff::Timestamp>,
@@ -96,15 +101,28 @@ pub struct PlanStatus {
     /// The pending plan was made to correct drift.
     #[serde(default)]
     pub is_drift_detection_plan: bool,
-    /// The generation at which the pending plan was made. A `spec.approvePlan` approval counts
-    /// only from a later generation, so an approval written before the plan existed (or left
-    /// over from an earlier plan of the same revision) never applies a plan nobody saw.
+    /// The generation at which the pending plan (with this content) was made.
     #[serde(default)]
     pub pending_generation: i64,
-    /// A digest of the spec (without `approvePlan`) the pending plan was made from. Any other
-    /// spec edit makes a new plan that must be approved again, even with the same plan id.
+    /// The SHA-256 of what the pending plan would do (its resource and output changes, as in
+    /// `terraform show -json`). An approval approves this content: the plan re-made before
+    /// applying is applied only when its digest is the same, and otherwise becomes the new
+    /// pending plan.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub pending_spec_digest: String,
+    pub pending_digest: String,
+    /// `spec.approvePlan` as it was when the pending plan was made. An approval in the spec
+    /// counts only when the field is changed to the pending id afterwards, so a value written
+    /// before the plan existed (or left from an earlier plan of the same revision) never applies
+    /// a plan nobody saw.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub seen_approve_plan: String,
+    /// The `infra.argocd.io/approve` annotation as it was when the pending plan was made, or as
+    /// last handled. An annotation approval counts only with a value different from this one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub seen_approval: String,
+    /// The SHA-256 of what the last applied plan did.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_applied_digest: String,
 }
 
 /// A state lock that stopped a run.

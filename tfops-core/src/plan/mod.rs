@@ -28,11 +28,13 @@
 //! The stored form is versioned ([`FORMAT_VERSION`]); a decoder refuses a newer format with a
 //! clear error instead of guessing.
 
+mod content;
 mod decode;
 mod encode;
 mod error;
 mod format;
 
+pub use content::{PlanJsonError, content_digest};
 pub use decode::{ChunkSource, OrderedChunks, PlanDecoder, decode_to_vec, decode_to_writer};
 pub use encode::{ChunkSink, PlanEncoder, encode_reader};
 pub use error::PlanError;

@@ -320,6 +320,7 @@ impl Driver {
                     .session
                     .as_mut()
                     .ok_or_else(|| fail(SubStep::Upload)(missing("the runner")))?;
+                let inputs_digest = inputs.digest();
                 let request = SetupRequest {
                     object: object.clone(),
                     artifact,
@@ -334,7 +335,7 @@ impl Driver {
                     .select_workspace(&spec.workspace)
                     .await
                     .map_err(fail(SubStep::Workspace))?;
-                Ok(Outcome::SetUp)
+                Ok(Outcome::SetUp { inputs_digest })
             }
             Step::ForceUnlock { lock_id } => {
                 let session = state
@@ -381,8 +382,11 @@ impl Driver {
                 };
                 let plan = session.plan(&request).await.map_err(fail(SubStep::Plan))?;
                 let mut violations = Vec::new();
+                let mut digest = String::new();
                 if plan.has_changes {
                     let shown = session.show().await.map_err(fail(SubStep::Show))?;
+                    digest = crate::plan::content_digest(&shown.json)
+                        .map_err(|e| fail(SubStep::Show)(PortError::Invalid(e.to_string())))?;
                     violations = self
                         .check_policies(object, &shown.json)
                         .await
@@ -407,6 +411,7 @@ impl Driver {
                 Ok(Outcome::Planned {
                     has_changes: plan.has_changes,
                     summary: plan.summary,
+                    digest,
                     violations,
                 })
             }

@@ -155,8 +155,9 @@ impl<'a> Run<'a> {
         Flow::Go(revision)
     }
 
-    /// Fetch, runner, setup, and a requested lock release (after [`Run::resolve`]).
-    pub fn prepare(&mut self) -> Flow<()> {
+    /// Fetch, runner, setup, and a requested lock release (after [`Run::resolve`]). Gives the
+    /// digest of the inputs setup used.
+    pub fn prepare(&mut self) -> Flow<&'a str> {
         if let Flow::Stop(s) = self.need(Step::FetchSource) {
             return Flow::Stop(s);
         }
@@ -167,9 +168,11 @@ impl<'a> Run<'a> {
             Flow::Go(_) => return unexpected(StepKind::StartRunner),
             Flow::Stop(s) => return Flow::Stop(s),
         }
-        if let Flow::Stop(s) = self.need(Step::Setup) {
-            return Flow::Stop(s);
-        }
+        let inputs_digest = match self.need(Step::Setup) {
+            Flow::Go((Outcome::SetUp { inputs_digest }, _)) => inputs_digest.as_str(),
+            Flow::Go(_) => return unexpected(StepKind::Setup),
+            Flow::Stop(s) => return Flow::Stop(s),
+        };
         if self.s.progress.succeeded(StepKind::ForceUnlock) {
             self.lock_released();
         } else if let Some(lock_id) = self.unlock_requested()
@@ -179,7 +182,7 @@ impl<'a> Run<'a> {
         }
         // A requested unlock that failed does not end the run: the lock may have been released
         // by its holder meanwhile, and the next Terraform command says whether it still is.
-        Flow::Go(())
+        Flow::Go(inputs_digest)
     }
 
     /// Records that no lock stops Terraform (a release, or a command that took the lock).

@@ -201,7 +201,10 @@ pub enum Outcome {
         binary: String,
     },
     /// Setup, init and workspace selection succeeded.
-    SetUp,
+    SetUp {
+        /// [`crate::ports::ResolvedInputs::digest`] of the inputs it used.
+        inputs_digest: String,
+    },
     /// The lock was released.
     Unlocked,
     /// The refresh-only plan ran.
@@ -215,6 +218,9 @@ pub enum Outcome {
         has_changes: bool,
         /// Change counts.
         summary: PlanSummary,
+        /// What the plan would do, digested (`crate::plan::content_digest`; empty without
+        /// changes).
+        digest: String,
         /// What the policies found (plans with changes only).
         violations: Vec<crate::api::PolicyViolation>,
     },

@@ -47,9 +47,12 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
     if let Some(message) = dependencies_behind(s, &revision) {
         return run.wait_for_dependencies(message);
     }
-    go!(run, run.prepare());
-    let drift = go!(run, detect_drift(&mut run, &valid, &revision));
-    go!(run, plan_and_apply(&mut run, &valid, &revision, drift));
+    let inputs = go!(run, run.prepare());
+    let drift = go!(run, detect_drift(&mut run, &valid, &revision, inputs));
+    go!(
+        run,
+        plan_and_apply(&mut run, &valid, &revision, inputs, drift)
+    );
     run.end(End::Success)
 }
 
@@ -132,15 +135,22 @@ fn dependencies_behind(s: &Snapshot, revision: &Revision) -> Option<String> {
     (!behind.is_empty()).then(|| format!("waiting for dependencies: {}", behind.join("; ")))
 }
 
-/// When nothing changed since the last apply, a refresh-only plan checks the infrastructure.
-/// Gives whether the run goes on to plan because of drift; stops the run otherwise.
-fn detect_drift(run: &mut Run<'_>, valid: &ValidSpec, revision: &Revision) -> Flow<bool> {
+/// When nothing changed since the last apply (spec, revision, resolved inputs), a refresh-only
+/// plan checks the infrastructure. Gives whether the run goes on to plan because of drift;
+/// stops the run otherwise.
+fn detect_drift(
+    run: &mut Run<'_>,
+    valid: &ValidSpec,
+    revision: &Revision,
+    inputs: &str,
+) -> Flow<bool> {
     let start = run.start();
     let spec = &run.s.object.spec;
     let unchanged = !spec.destroy
         && !replan_requested(run)
         && start.observed_generation == run.generation()
         && start.last_applied_revision.as_deref() == Some(revision.to_string().as_str())
+        && start.last_applied_inputs_digest.as_deref() == Some(inputs)
         && start.plan.pending.is_empty()
         && start.reconciliation_failures == 0;
     if !unchanged || spec.disable_drift_detection {
@@ -190,17 +200,247 @@ fn detect_drift(run: &mut Run<'_>, valid: &ValidSpec, revision: &Revision) -> Fl
     Flow::Go(true)
 }
 
+/// Plan, then (when the plan changes something) policies, approval and apply; then outputs
+/// and health checks. Seed 000: "Plan", "Apply", "Outputs, inventory, health checks".
+fn plan_and_apply(
+    run: &mut Run<'_>,
+    valid: &ValidSpec,
+    revision: &Revision,
+    inputs: &str,
+    drift: bool,
+) -> Flow<()> {
+    let plan_id = naming::plan_id(&revision.reference, revision.sha());
+    let planned = match plan(run, revision, &plan_id, drift) {
+        Flow::Go(p) => p,
+        Flow::Stop(s) => return Flow::Stop(s),
+    };
+    let applied = match &planned {
+        None => {
+            if let Flow::Stop(s) = no_changes(run, revision) {
+                return Flow::Stop(s);
+            }
+            run.st.last_applied_inputs_digest = Some(inputs.to_string());
+            None
+        }
+        Some(p) => {
+            if let Flow::Stop(s) = deny_by_policy(run, &plan_id, p.violations) {
+                return Flow::Stop(s);
+            }
+            if let Flow::Stop(s) = approve(run, valid, &plan_id, p) {
+                return Flow::Stop(s);
+            }
+            if let Flow::Stop(s) = apply(run, revision, inputs, &plan_id, p) {
+                return Flow::Stop(s);
+            }
+            Some(p.summary)
+        }
+    };
+    if let Flow::Stop(s) = outputs_and_health(run) {
+        return Flow::Stop(s);
+    }
+    let (reason, message) = match applied {
+        Some(summary) => (
+            Reason::TerraformAppliedSucceed,
+            format!("applied plan {plan_id} ({summary}) at {revision}"),
+        ),
+        None => (
+            Reason::TerraformPlannedNoChanges,
+            format!("no changes at {revision}"),
+        ),
+    };
+    run.set(ConditionType::Ready, ConditionStatus::True, reason, message);
+    Flow::Go(())
+}
+
+/// A plan with changes, as the run sees it after the `Plan` step.
+struct Planned<'a> {
+    summary: crate::ports::PlanSummary,
+    digest: &'a str,
+    violations: &'a [crate::api::PolicyViolation],
+    /// `plan <id> (<summary>) at <revision>`, for messages.
+    label: String,
+}
+
+/// Makes the plan (stored under `plan_id` when it has changes). Gives `None` for a plan without
+/// changes.
+fn plan<'a>(
+    run: &mut Run<'a>,
+    revision: &Revision,
+    plan_id: &str,
+    drift: bool,
+) -> Flow<Option<Planned<'a>>> {
+    let destroy = run.s.object.spec.destroy;
+    let step = Step::Plan {
+        kind: if destroy {
+            PlanKind::Destroy
+        } else {
+            PlanKind::Normal
+        },
+        plan_id: plan_id.to_string(),
+        drift,
+    };
+    let (outcome, at) = match run.need_phase(step, ConditionType::Plan) {
+        Flow::Go(v) => v,
+        Flow::Stop(s) => return Flow::Stop(s),
+    };
+    let Outcome::Planned {
+        has_changes,
+        summary,
+        digest,
+        violations,
+    } = outcome
+    else {
+        return Flow::Go(None);
+    };
+    run.lock_released();
+    run.st.last_planned_revision = Some(revision.to_string());
+    run.st.last_plan_at = Some(at);
+    if !has_changes {
+        return Flow::Go(None);
+    }
+    let label = format!("plan {plan_id} ({summary}) at {revision}");
+    record_pending(run, plan_id, digest, drift);
+    run.set(
+        ConditionType::Plan,
+        ConditionStatus::True,
+        Reason::TerraformPlannedWithChanges,
+        label.clone(),
+    );
+    run.st.policy_violations = violations.clone();
+    Flow::Go(Some(Planned {
+        summary: *summary,
+        digest,
+        violations,
+        label,
+    }))
+}
+
+/// Records the plan as pending. A plan that is new or would do something else than the one
+/// pending before is a new pending plan: the approvals present now were given before it
+/// existed, so their values are recorded as seen and never approve it.
+fn record_pending(run: &mut Run<'_>, plan_id: &str, digest: &str, drift: bool) {
+    let start = run.start();
+    let object = &run.s.object;
+    let spec_value = object.spec.approve_plan.as_str();
+    let annotation_value = object.annotation(annotations::APPROVE).unwrap_or_default();
+    if start.plan.pending != plan_id || start.plan.pending_digest != digest {
+        run.st.plan.pending_generation = run.generation();
+        run.st.plan.pending_digest = digest.to_string();
+        run.st.plan.seen_approve_plan = spec_value.to_string();
+        run.st.plan.seen_approval = annotation_value.to_string();
+    } else {
+        // The same plan is still pending. A value seen now that does not name it (cleared, or
+        // another id) is recorded, so that changing it to this plan's id later approves.
+        if spec_value.trim() != plan_id {
+            run.st.plan.seen_approve_plan = spec_value.to_string();
+        }
+        if annotations::approved_plan_id(annotation_value) != plan_id {
+            run.st.plan.seen_approval = annotation_value.to_string();
+        }
+    }
+    run.st.plan.pending = plan_id.to_string();
+    run.st.plan.is_destroy_plan = object.spec.destroy;
+    run.st.plan.is_drift_detection_plan = drift;
+}
+
+/// A plan without changes: nothing pending, and the revision counts as applied (or, for
+/// `spec.destroy`, everything is gone and the run ends).
+fn no_changes(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
+    run.st.policy_violations.clear();
+    run.st.plan = clear_pending(std::mem::take(&mut run.st.plan));
+    run.set(
+        ConditionType::Plan,
+        ConditionStatus::True,
+        Reason::TerraformPlannedNoChanges,
+        format!("no changes at {revision}"),
+    );
+    if run.s.object.spec.destroy {
+        run.st.inventory.clear();
+        run.st.available_outputs.clear();
+        run.set(
+            ConditionType::Ready,
+            ConditionStatus::True,
+            Reason::TerraformDestroySucceed,
+            "nothing left to destroy",
+        );
+        return Flow::Stop(Stop::End(End::Success));
+    }
+    // The infrastructure matches this revision: it counts as applied, so the next interval
+    // checks drift instead of planning again.
+    run.st.last_applied_revision = Some(revision.to_string());
+    Flow::Go(())
+}
+
+/// A plan that a `Deny` rule of a plan policy forbids is never applied.
+fn deny_by_policy(
+    run: &mut Run<'_>,
+    plan_id: &str,
+    violations: &[crate::api::PolicyViolation],
+) -> Flow<()> {
+    let denied: Vec<String> = violations
+        .iter()
+        .filter(|v| v.action == "Deny")
+        .map(|v| {
+            let at = if v.addresses.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", v.addresses.join(", "))
+            };
+            format!("{}/{}: {}{at}", v.policy, v.rule, v.message)
+        })
+        .collect();
+    if denied.is_empty() {
+        return Flow::Go(());
+    }
+    let failure = StepFailure {
+        reason: Reason::ValidationFailed,
+        message: crate::reconcile::trim_message(&format!(
+            "plan {plan_id} is denied by policy: {}",
+            denied.join("; ")
+        )),
+        lock: None,
+    };
+    run.set(
+        ConditionType::Plan,
+        ConditionStatus::False,
+        failure.reason,
+        failure.message.clone(),
+    );
+    Flow::Stop(Stop::End(End::Failed(failure)))
+}
+
+/// Goes on only when the plan may be applied; otherwise ends the run waiting for a human.
+fn approve(run: &mut Run<'_>, valid: &ValidSpec, plan_id: &str, planned: &Planned<'_>) -> Flow<()> {
+    let (status, message) = match approval(run, valid, plan_id, planned.digest) {
+        Approval::Approved => return Flow::Go(()),
+        // Planning is all that was asked: done, not waiting.
+        Approval::PlanOnly => (
+            ConditionStatus::True,
+            format!("{}; planOnly: never applied", planned.label),
+        ),
+        Approval::Waiting(message) => (ConditionStatus::Unknown, message),
+    };
+    run.set(
+        ConditionType::Ready,
+        status,
+        Reason::TerraformPlannedWithChanges,
+        message,
+    );
+    Flow::Stop(Stop::End(End::Success))
+}
+
 enum Approval {
     Approved,
     Waiting(String),
     PlanOnly,
 }
 
-/// A plan is applied with `approvePlan: auto` or `force`, or when it is approved by id after a
-/// human saw it pending: the id (spec field, else the annotation) names this fresh plan, the
-/// same plan (same id, same spec apart from `approvePlan`) was already pending before this run,
-/// and the approval came after it — for the spec field, a later generation; for the
-/// annotation, a new value of the reconcile annotation sent with it. Never with `planOnly`.
+/// Whether this fresh plan may be applied. With `approvePlan: auto` or `spec.force`, yes; with
+/// `planOnly`, never. Otherwise only when a human approved it after seeing it pending: the
+/// plan with this id and content was pending before this run, and `spec.approvePlan` or the
+/// approve annotation was changed to its id since it became pending (see
+/// [`crate::api::annotations`]). An approved plan whose re-made content differs is not applied:
+/// it becomes the new pending plan ([`record_pending`] has recorded the approvals as seen).
 fn approval(run: &Run<'_>, valid: &ValidSpec, plan_id: &str, digest: &str) -> Approval {
     let object = &run.s.object;
     let spec = &object.spec;
@@ -212,215 +452,89 @@ fn approval(run: &Run<'_>, valid: &ValidSpec, plan_id: &str, digest: &str) -> Ap
     }
     let start = run.start();
     let how = format!(
-        "set spec.approvePlan to {plan_id}, or set the {} annotation to {plan_id} together with a new {} value",
+        "review it, then set the {} annotation to {plan_id}@<a new token> with a new {} value, or change spec.approvePlan to {plan_id}",
         annotations::APPROVE,
         annotations::RECONCILE
     );
-    let by_spec = match &valid.approve {
-        ApprovePlan::Plan(id) => Some((
-            id.as_str(),
-            object.metadata.generation > start.plan.pending_generation,
-        )),
+    let was_pending = start.plan.pending == plan_id && !start.plan.pending_digest.is_empty();
+    let by_spec = matches!(&valid.approve, ApprovePlan::Plan(id) if id == plan_id)
+        .then_some(spec.approve_plan != start.plan.seen_approve_plan);
+    let annotation = object.annotation(annotations::APPROVE);
+    let by_annotation = annotation
+        .filter(|v| annotations::approved_plan_id(v) == plan_id)
+        .map(|v| v != start.plan.seen_approval);
+    let given = by_spec == Some(true) || by_annotation == Some(true);
+    if was_pending && given {
+        if start.plan.pending_digest == digest {
+            return Approval::Approved;
+        }
+        return Approval::Waiting(format!(
+            "plan {plan_id} changed since it was approved (it would now do something else): nothing was applied; {how}"
+        ));
+    }
+    if given || by_spec.is_some() || by_annotation.is_some() {
+        let what = if was_pending {
+            "was given before this plan was made, or was used already"
+        } else {
+            "was given before this plan was made"
+        };
+        return Approval::Waiting(format!(
+            "plan {plan_id} awaits approval: the approval present {what}, so it does not count; {how}"
+        ));
+    }
+    let other = match (&valid.approve, annotation) {
+        (_, Some(v)) => Some(v),
+        (ApprovePlan::Plan(id), None) => Some(id.as_str()),
         _ => None,
     };
-    let requested = object
-        .annotation(annotations::RECONCILE)
-        .is_some_and(|v| start.last_handled_reconcile_at.as_deref() != Some(v));
-    let by_annotation = object
-        .annotation(annotations::APPROVE)
-        .map(|id| (id, requested));
-    let seen = start.plan.pending == plan_id && start.plan.pending_spec_digest == digest;
-    let candidates = [by_spec, by_annotation];
-    if candidates
-        .iter()
-        .flatten()
-        .any(|(id, given_after)| *id == plan_id && seen && *given_after)
-    {
-        return Approval::Approved;
-    }
-    match candidates.iter().flatten().next() {
-        Some((id, _)) if *id == plan_id => Approval::Waiting(format!(
-            "plan {plan_id} awaits approval: it is new or changed since {id} was approved; review it, then {how}"
-        )),
-        Some((id, _)) => Approval::Waiting(format!(
-            "approval {id} does not match the pending plan {plan_id}; review {plan_id}, then {how}"
+    match other {
+        Some(v) => Approval::Waiting(format!(
+            "approval {v} does not match the pending plan {plan_id}; {how}"
         )),
         None => Approval::Waiting(format!("plan {plan_id} awaits approval: {how}")),
     }
 }
 
-fn plan_and_apply(
+/// Applies the plan just made and records it (and the inputs it was made from) as the last
+/// applied one.
+fn apply(
     run: &mut Run<'_>,
-    valid: &ValidSpec,
     revision: &Revision,
-    drift: bool,
+    inputs: &str,
+    plan_id: &str,
+    planned: &Planned<'_>,
 ) -> Flow<()> {
-    let destroy = run.s.object.spec.destroy;
-    let plan_id = naming::plan_id(&revision.reference, revision.sha());
-    let step = Step::Plan {
-        kind: if destroy {
-            PlanKind::Destroy
-        } else {
-            PlanKind::Normal
-        },
-        plan_id: plan_id.clone(),
-        drift,
-    };
-    let (outcome, at) = match run.need_phase(step, ConditionType::Plan) {
-        Flow::Go(v) => v,
-        Flow::Stop(s) => return Flow::Stop(s),
-    };
-    let Outcome::Planned {
-        has_changes,
-        summary,
-        violations,
-    } = outcome
-    else {
-        return Flow::Go(());
-    };
-    run.lock_released();
-    run.st.last_planned_revision = Some(revision.to_string());
-    run.st.last_plan_at = Some(at);
-    let mut applied = false;
-    if !has_changes {
-        run.st.policy_violations.clear();
-        run.st.plan = clear_pending(std::mem::take(&mut run.st.plan));
-        run.set(
-            ConditionType::Plan,
-            ConditionStatus::True,
-            Reason::TerraformPlannedNoChanges,
-            format!("no changes at {revision}"),
-        );
-        if !destroy {
-            // The infrastructure matches this revision: it counts as applied, so the next
-            // interval checks drift instead of planning again.
-            run.st.last_applied_revision = Some(revision.to_string());
-        }
-        if destroy {
-            run.st.inventory.clear();
-            run.st.available_outputs.clear();
-            run.set(
-                ConditionType::Ready,
-                ConditionStatus::True,
-                Reason::TerraformDestroySucceed,
-                "nothing left to destroy",
-            );
-            return Flow::Stop(Stop::End(End::Success));
-        }
-    } else {
-        let digest = run.s.object.spec.digest_without_approval();
-        let start = run.start();
-        if start.plan.pending != plan_id || start.plan.pending_spec_digest != digest {
-            run.st.plan.pending_generation = run.generation();
-            run.st.plan.pending_spec_digest = digest.clone();
-        }
-        run.st.plan.pending = plan_id.clone();
-        run.st.plan.is_destroy_plan = destroy;
-        run.st.plan.is_drift_detection_plan = drift;
-        let planned = format!("plan {plan_id} ({summary}) at {revision}");
-        run.set(
-            ConditionType::Plan,
-            ConditionStatus::True,
-            Reason::TerraformPlannedWithChanges,
-            planned.clone(),
-        );
-        run.st.policy_violations = violations.clone();
-        let denied: Vec<&crate::api::PolicyViolation> =
-            violations.iter().filter(|v| v.action == "Deny").collect();
-        if !denied.is_empty() {
-            let list: Vec<String> = denied
-                .iter()
-                .map(|v| {
-                    let at = if v.addresses.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", v.addresses.join(", "))
-                    };
-                    format!("{}/{}: {}{at}", v.policy, v.rule, v.message)
-                })
-                .collect();
-            let failure = StepFailure {
-                reason: Reason::ValidationFailed,
-                message: crate::reconcile::trim_message(&format!(
-                    "plan {plan_id} is denied by policy: {}",
-                    list.join("; ")
-                )),
-                lock: None,
-            };
-            run.set(
-                ConditionType::Plan,
-                ConditionStatus::False,
-                failure.reason,
-                failure.message.clone(),
-            );
-            return Flow::Stop(Stop::End(End::Failed(failure)));
-        }
-        match approval(run, valid, &plan_id, &digest) {
-            Approval::Approved => {}
-            Approval::PlanOnly => {
-                run.set(
-                    ConditionType::Ready,
-                    ConditionStatus::True,
-                    Reason::TerraformPlannedWithChanges,
-                    format!("{planned}; planOnly: never applied"),
-                );
-                return Flow::Stop(Stop::End(End::Success));
-            }
-            Approval::Waiting(message) => {
-                run.set(
-                    ConditionType::Ready,
-                    ConditionStatus::Unknown,
-                    Reason::TerraformPlannedWithChanges,
-                    message,
-                );
-                return Flow::Stop(Stop::End(End::Success));
-            }
-        }
-        match run.need_phase(Step::Apply, ConditionType::Apply) {
-            Flow::Go(_) => {}
-            Flow::Stop(s) => return Flow::Stop(s),
-        }
-        applied = true;
-        run.st.last_applied_revision = Some(revision.to_string());
-        run.st.plan.last_applied = plan_id.clone();
-        run.st.plan = clear_pending(std::mem::take(&mut run.st.plan));
-        let reason = if destroy {
-            Reason::TerraformDestroySucceed
-        } else {
-            Reason::TerraformAppliedSucceed
-        };
-        run.set(
-            ConditionType::Apply,
-            ConditionStatus::True,
-            reason,
-            format!("applied {planned}"),
-        );
-        if destroy {
-            run.st.inventory.clear();
-            run.st.available_outputs.clear();
-            run.set(
-                ConditionType::Ready,
-                ConditionStatus::True,
-                reason,
-                format!("destroyed everything ({summary})"),
-            );
-            return Flow::Stop(Stop::End(End::Success));
-        }
-    }
-    if let Flow::Stop(s) = outputs_and_health(run) {
+    if let Flow::Stop(s) = run.need_phase(Step::Apply, ConditionType::Apply) {
         return Flow::Stop(s);
     }
-    let message = if applied {
-        format!("applied plan {plan_id} ({summary}) at {revision}")
+    run.st.last_applied_inputs_digest = Some(inputs.to_string());
+    let destroy = run.s.object.spec.destroy;
+    run.st.plan.last_applied = plan_id.to_string();
+    run.st.plan.last_applied_digest = planned.digest.to_string();
+    run.st.plan = clear_pending(std::mem::take(&mut run.st.plan));
+    run.st.last_applied_revision = Some(revision.to_string());
+    let reason = if destroy {
+        Reason::TerraformDestroySucceed
     } else {
-        format!("no changes at {revision}")
-    };
-    let reason = if applied {
         Reason::TerraformAppliedSucceed
-    } else {
-        Reason::TerraformPlannedNoChanges
     };
-    run.set(ConditionType::Ready, ConditionStatus::True, reason, message);
+    run.set(
+        ConditionType::Apply,
+        ConditionStatus::True,
+        reason,
+        format!("applied {}", planned.label),
+    );
+    if destroy {
+        run.st.inventory.clear();
+        run.st.available_outputs.clear();
+        run.set(
+            ConditionType::Ready,
+            ConditionStatus::True,
+            reason,
+            format!("destroyed everything ({})", planned.summary),
+        );
+        return Flow::Stop(Stop::End(End::Success));
+    }
     Flow::Go(())
 }
 
@@ -473,6 +587,7 @@ fn outputs_and_health(run: &mut Run<'_>) -> Flow<()> {
 fn clear_pending(plan: crate::api::PlanStatus) -> crate::api::PlanStatus {
     crate::api::PlanStatus {
         last_applied: plan.last_applied,
+        last_applied_digest: plan.last_applied_digest,
         ..Default::default()
     }
 }

@@ -321,9 +321,12 @@ impl Local {
                 if id != pending {
                     return Err(LocalError::StalePlan { given: id, pending });
                 }
-                p.annotations.insert(annotations::APPROVE.into(), id);
+                // A fresh token: an approval counts once, so approving the same id again
+                // (its plan changed) must be a new value.
+                let token = now_token();
                 p.annotations
-                    .insert(annotations::RECONCILE.into(), now_token());
+                    .insert(annotations::APPROVE.into(), format!("{id}@{token}"));
+                p.annotations.insert(annotations::RECONCILE.into(), token);
             }
             Request::Replan => {
                 p.annotations
