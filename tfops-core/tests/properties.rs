@@ -376,9 +376,18 @@ impl Model {
             .enumerate()
             .filter(|(_, c)| c.op == FakeOp::Apply)
         {
-            prop_assert!(!deleting, "apply during deletion");
-            prop_assert!(!before.spec.plan_only, "apply with planOnly");
-            if !automatic {
+            if deleting {
+                // Deletion applies only a destroy plan, and only when asked to destroy.
+                prop_assert!(
+                    before.spec.destroy_resources_on_deletion,
+                    "apply during deletion without destroyResourcesOnDeletion"
+                );
+                // (Its stored plan is gone with the object's plans: judge by what changed.)
+                prop_assert!(
+                    real_after.is_empty() || real_after == real_before,
+                    "deletion applied something else than a destroy: {real_after:?}"
+                );
+            } else if !automatic {
                 prop_assert!(
                     self.approved[i].is_some() && self.approved[i] == applied_plan,
                     "applied a plan nobody approved: applied {:?}, approved {:?}, status {:?}",
@@ -393,7 +402,7 @@ impl Model {
             prop_assert!(planned_first, "apply without a plan in the same session");
             applied = true;
         }
-        if applied && real_after != real_before {
+        if applied && !deleting && real_after != real_before {
             prop_assert_eq!(
                 Some(diff(&real_before, &real_after)),
                 applied_plan.clone(),
@@ -443,7 +452,10 @@ impl Model {
                     && before.spec.tfstate.delete_on_destroy
                     && before.spec.destroy_resources_on_deletion
             );
-            prop_assert!(calls.iter().any(|c| c.op == FakeOp::Destroy));
+            prop_assert!(
+                real_after.is_empty(),
+                "state deleted while resources exist: {real_after:?}"
+            );
         }
 
         let Ok(Some(report)) = result else {
@@ -635,6 +647,8 @@ fn check_deletion_terminates(
     for op in FAULTS {
         w.heal(*op);
     }
+    // The human changes a policy that denies the destroy.
+    w.lock().policies.clear();
     for key in m.keys.clone() {
         // The human fixes an invalid spec (a destroy cannot run on one).
         w.edit(&key, |s| {

@@ -385,7 +385,7 @@ async fn deletion_with_destroy_retries_a_failing_destroy_then_finishes() {
     reconcile(&w, &key).await;
     w.delete(&key);
     w.fail_next(
-        FakeOp::Destroy,
+        FakeOp::Apply,
         PortError::Terraform("Error: DependencyViolation".into()),
     );
     let report = reconcile(&w, &key).await;

@@ -28,6 +28,10 @@ pub struct TerraformStatus {
     /// digest means the next run plans instead of only checking drift.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_applied_inputs_digest: Option<String>,
+    /// When the last apply started. Written before it starts, so that a crash during the first
+    /// apply still counts as "something may exist" and deletion destroys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_apply_started_at: Option<jiff::Timestamp>,
     /// When the last plan was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_plan_at: Option<jiff::Timestamp>,

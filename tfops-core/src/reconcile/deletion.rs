@@ -2,17 +2,24 @@
 //!
 //! Deletion must always be able to finish: without `destroyResourcesOnDeletion` it needs no
 //! runner, no source and no inputs (so a missing ServiceAccount or an already deleted
-//! `varsFrom` Secret cannot block it); with it, a failing destroy is retried with backoff and
-//! reported, and unsetting the field lets the object go. An object is only released once no
-//! other object depends on it.
+//! `varsFrom` Secret cannot block it); with it, resources are destroyed through a destroy plan
+//! that is stored and checked by the plan policies like any other, then applied (seed 000). A
+//! failing or denied destroy is retried with backoff and reported, and unsetting the field lets
+//! the object go. An object is only released once no other object depends on it.
+//!
+//! Whether there is anything to destroy is never guessed from the absence of a successful
+//! apply: `status.lastApplyStartedAt` is written before any apply starts, so an object whose
+//! first apply crashed half-way is still destroyed.
 
 use std::time::Duration;
 
-use super::flow::{End, Run, go};
-use super::model::{Decision, Snapshot, Step, StepKind};
+use super::flow::{End, Flow, Run, Stop, go};
+use super::model::{Decision, Outcome, Snapshot, Step, StepKind};
 use super::timing::{backoff, elapsed};
-use crate::api::validate;
+use crate::api::{annotations, validate};
 use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
+use crate::naming;
+use crate::ports::{PlanKind, Revision};
 
 /// Used when the spec is invalid and cannot tell.
 const FALLBACK_RETRY: Duration = Duration::from_secs(15);
@@ -45,7 +52,13 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
         return run.end(End::Waiting);
     }
     let start = run.start();
+    // A spec edit or a reconcile request tries again now; otherwise a failed deletion waits
+    // out its backoff.
+    let reconcile_value = s.object.annotation(annotations::RECONCILE);
+    let requested = s.object.metadata.generation != start.observed_generation
+        || reconcile_value.is_some_and(|v| start.last_handled_reconcile_at.as_deref() != Some(v));
     if s.progress.is_empty()
+        && !requested
         && start.reconciliation_failures > 0
         && let Some(last) = start.last_run_at
     {
@@ -57,15 +70,19 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
             });
         }
     }
+    if let Some(v) = reconcile_value {
+        run.st.last_handled_reconcile_at = Some(v.to_string());
+    }
     run.set(
         ConditionType::Reconciling,
         ConditionStatus::True,
         Reason::Finalizing,
         "deleting",
     );
-    // An object that never attempted an apply has nothing to destroy: skipping the runner then
+    // An object that never started an apply has nothing to destroy: skipping the runner then
     // keeps a missing Secret or an unreachable source from holding the deletion.
-    let never_applied = start.last_applied_revision.is_none()
+    let never_applied = start.last_apply_started_at.is_none()
+        && start.last_applied_revision.is_none()
         && conditions::find(&start.conditions, ConditionType::Apply).is_none();
     let destroy = s.object.spec.destroy_resources_on_deletion && !never_applied;
     if destroy {
@@ -80,18 +97,9 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
             Reason::Finalizing,
             "destroying resources before deletion",
         );
-        go!(run, run.resolve());
+        let revision = go!(run, run.resolve());
         go!(run, run.prepare());
-        go!(run, run.need_phase(Step::Destroy, ConditionType::Apply));
-        run.lock_released();
-        run.st.inventory.clear();
-        run.st.available_outputs.clear();
-        run.set(
-            ConditionType::Apply,
-            ConditionStatus::True,
-            Reason::TerraformDestroySucceed,
-            "destroyed every resource before deletion",
-        );
+        go!(run, destroy_through_plan(&mut run, &revision));
         if !s.progress.attempted(StepKind::Cleanup) {
             return run.next(Step::Cleanup);
         }
@@ -116,4 +124,70 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
     run.next(Step::Done {
         requeue_after: None,
     })
+}
+
+/// A destroy plan (stored, checked by the plan policies), then its apply. A plan a `Deny` rule
+/// forbids blocks the deletion until the policy or the object changes.
+fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
+    let plan_id = naming::plan_id(&revision.reference, revision.sha());
+    let step = Step::Plan {
+        kind: PlanKind::Destroy,
+        plan_id: plan_id.clone(),
+        drift: false,
+    };
+    let (outcome, at) = match run.need_phase(step, ConditionType::Plan) {
+        Flow::Go(v) => v,
+        Flow::Stop(s) => return Flow::Stop(s),
+    };
+    run.lock_released();
+    run.st.last_plan_at = Some(at);
+    if let Outcome::Planned {
+        has_changes: true,
+        summary,
+        violations,
+        ..
+    } = outcome
+    {
+        let how = format!(
+            "change the policy, or remove destroyResourcesOnDeletion to delete the object and keep its resources (set a new {} value to try again now)",
+            annotations::RECONCILE
+        );
+        if let Some(failure) = super::run::denied(violations, |list| {
+            format!(
+                "deletion is blocked: the destroy plan {plan_id} is denied by policy: {list}; {how}"
+            )
+        }) {
+            run.set(
+                ConditionType::Plan,
+                ConditionStatus::False,
+                failure.reason,
+                failure.message.clone(),
+            );
+            return Flow::Stop(Stop::End(End::Failed(failure)));
+        }
+        match super::run::need_apply(run) {
+            Flow::Go(()) => {}
+            // Terraform failing to apply a destroy plan is a failed destroy to the user.
+            Flow::Stop(Stop::End(End::Failed(mut f))) if f.reason == Reason::TFExecApplyFailed => {
+                f.reason = Reason::TFExecDestroyFailed;
+                run.set(
+                    ConditionType::Apply,
+                    ConditionStatus::False,
+                    f.reason,
+                    f.message.clone(),
+                );
+                return Flow::Stop(Stop::End(End::Failed(f)));
+            }
+            Flow::Stop(s) => return Flow::Stop(s),
+        }
+        run.set(
+            ConditionType::Apply,
+            ConditionStatus::True,
+            Reason::TerraformDestroySucceed,
+            format!("destroyed every resource before deletion (plan {plan_id}, {summary})"),
+        );
+    }
+    run.st.inventory.clear();
+    run.st.available_outputs.clear();
+    Flow::Go(())
 }

@@ -484,14 +484,6 @@ impl Driver {
                 }
                 Ok(Outcome::HealthChecked)
             }
-            Step::Destroy => {
-                let session = state
-                    .session
-                    .as_mut()
-                    .ok_or_else(|| fail(SubStep::Destroy)(missing("the runner")))?;
-                session.destroy().await.map_err(fail(SubStep::Destroy))?;
-                Ok(Outcome::Destroyed)
-            }
             Step::Cleanup => {
                 if let Some(mut session) = state.session.take() {
                     session.cleanup().await.map_err(fail(SubStep::Cleanup))?;

@@ -16,7 +16,7 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
         (PortError::AccessDenied(_), _) => Reason::AccessDenied,
         (PortError::QuotaExhausted(_), StepKind::StartRunner) => Reason::RunnerQuotaExhausted,
         (_, StepKind::ResolveSource) => Reason::SourceFetchFailed,
-        (_, StepKind::FetchSource) => Reason::ArtifactFailed,
+        (_, StepKind::FetchSource) => Reason::SourceFetchFailed,
         (_, StepKind::StartRunner) => Reason::RunnerConnectionFailed,
         (_, StepKind::Setup) => match sub {
             SubStep::Inputs => Reason::VarsGenerationFailed,
@@ -39,7 +39,6 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
             _ => Reason::TFExecOutputFailed,
         },
         (_, StepKind::HealthChecks) => Reason::HealthChecksFailed,
-        (_, StepKind::Destroy) => Reason::TFExecDestroyFailed,
         (
             _,
             StepKind::Cleanup
@@ -84,7 +83,6 @@ pub enum SubStep {
     Inventory,
     WriteOutputs,
     Health,
-    Destroy,
     Cleanup,
     Delete,
 }
@@ -111,7 +109,6 @@ impl SubStep {
             SubStep::Inventory => "reading the state inventory",
             SubStep::WriteOutputs => "writing the outputs Secret",
             SubStep::Health => "health check",
-            SubStep::Destroy => "terraform destroy",
             SubStep::Cleanup => "cleaning up the runner",
             SubStep::Delete => "deleting",
         }

@@ -107,8 +107,6 @@ pub enum Step {
     Outputs,
     /// Run the health checks.
     HealthChecks,
-    /// Destroy every resource (deletion with `destroyResourcesOnDeletion`).
-    Destroy,
     /// End the runner session (delete the Pod unless it is kept).
     Cleanup,
     /// Delete the stored plan and the outputs Secret.
@@ -139,7 +137,6 @@ impl Step {
             Step::Apply => StepKind::Apply,
             Step::Outputs => StepKind::Outputs,
             Step::HealthChecks => StepKind::HealthChecks,
-            Step::Destroy => StepKind::Destroy,
             Step::Cleanup => StepKind::Cleanup,
             Step::DeletePlansAndOutputs => StepKind::DeletePlansAndOutputs,
             Step::DeleteState => StepKind::DeleteState,
@@ -164,7 +161,6 @@ pub enum StepKind {
     Apply,
     Outputs,
     HealthChecks,
-    Destroy,
     Cleanup,
     DeletePlansAndOutputs,
     DeleteState,
@@ -237,8 +233,6 @@ pub enum Outcome {
     },
     /// Every health check passed.
     HealthChecked,
-    /// Resources were destroyed.
-    Destroyed,
     /// The runner session ended.
     CleanedUp,
     /// Plans and outputs were deleted.

@@ -377,7 +377,27 @@ fn deny_by_policy(
     plan_id: &str,
     violations: &[crate::api::PolicyViolation],
 ) -> Flow<()> {
-    let denied: Vec<String> = violations
+    let Some(failure) = denied(violations, |list| {
+        format!("plan {plan_id} is denied by policy: {list}")
+    }) else {
+        return Flow::Go(());
+    };
+    run.set(
+        ConditionType::Plan,
+        ConditionStatus::False,
+        failure.reason,
+        failure.message.clone(),
+    );
+    Flow::Stop(Stop::End(End::Failed(failure)))
+}
+
+/// The failure for a plan with `Deny` violations (`policy/rule: message (addresses)`, joined
+/// by `; ` into `message`), or `None` when nothing denies it.
+pub(super) fn denied(
+    violations: &[crate::api::PolicyViolation],
+    message: impl FnOnce(&str) -> String,
+) -> Option<StepFailure> {
+    let list: Vec<String> = violations
         .iter()
         .filter(|v| v.action == "Deny")
         .map(|v| {
@@ -389,24 +409,27 @@ fn deny_by_policy(
             format!("{}/{}: {}{at}", v.policy, v.rule, v.message)
         })
         .collect();
-    if denied.is_empty() {
-        return Flow::Go(());
-    }
-    let failure = StepFailure {
+    (!list.is_empty()).then(|| StepFailure {
         reason: Reason::ValidationFailed,
-        message: crate::reconcile::trim_message(&format!(
-            "plan {plan_id} is denied by policy: {}",
-            denied.join("; ")
-        )),
+        message: crate::reconcile::trim_message(&message(&list.join("; "))),
         lock: None,
+    })
+}
+
+/// The `Apply` step. `status.lastApplyStartedAt` is part of the status written before it
+/// starts, so that after a crash mid-apply nobody concludes that nothing was ever applied.
+pub(super) fn need_apply(run: &mut Run<'_>) -> Flow<()> {
+    let records = &run.s.progress.records;
+    let started = match records.iter().position(|r| r.step == StepKind::Apply) {
+        None => run.s.now,
+        Some(0) => run.s.started_at,
+        Some(i) => records[i - 1].at,
     };
-    run.set(
-        ConditionType::Plan,
-        ConditionStatus::False,
-        failure.reason,
-        failure.message.clone(),
-    );
-    Flow::Stop(Stop::End(End::Failed(failure)))
+    run.st.last_apply_started_at = Some(started);
+    match run.need_phase(Step::Apply, ConditionType::Apply) {
+        Flow::Go(_) => Flow::Go(()),
+        Flow::Stop(s) => Flow::Stop(s),
+    }
 }
 
 /// Goes on only when the plan may be applied; otherwise ends the run waiting for a human.
@@ -504,7 +527,7 @@ fn apply(
     plan_id: &str,
     planned: &Planned<'_>,
 ) -> Flow<()> {
-    if let Flow::Stop(s) = run.need_phase(Step::Apply, ConditionType::Apply) {
+    if let Flow::Stop(s) = need_apply(run) {
         return Flow::Stop(s);
     }
     run.st.last_applied_inputs_digest = Some(inputs.to_string());
