@@ -181,6 +181,7 @@ fn bench(c: &mut Criterion) {
             );
         })
     });
+    let mut applies = 0u64;
     g.bench_function("through the runner (gRPC + mTLS)", |b| {
         b.iter(|| {
             rt.block_on(async {
@@ -190,7 +191,8 @@ fn bench(c: &mut Criterion) {
                     50,
                     "every plan changes all 50"
                 );
-                session.apply().await.unwrap();
+                applies += 1;
+                session.apply(&format!("apply-{applies}")).await.unwrap();
             })
         })
     });

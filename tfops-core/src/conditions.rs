@@ -188,6 +188,9 @@ string_enum!(
         DeletionFailed,
         /// The object is being deleted.
         Finalizing,
+        /// An apply recorded as under way was interrupted and its runner is gone: its result
+        /// is unknown, and the run plans again from the state.
+        ApplyInterrupted,
     }
 );
 

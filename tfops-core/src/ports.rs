@@ -184,6 +184,23 @@ pub trait InputsPort: Send + Sync {
 pub trait RunnerPort: Send + Sync {
     /// Starts (or reuses) the runner for the object and connects to it.
     async fn start(&self, object: &TerraformObject) -> Result<Box<dyn RunnerSession>, PortError>;
+
+    /// Connects to the runner named `runner` ([`RunnerSession::runner`] of an earlier session,
+    /// perhaps of another process) without starting one, to attach to a run it holds.
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`] when that runner is gone (its result can never be known);
+    /// [`PortError::Unavailable`] when it may exist but cannot be reached now.
+    async fn attach(
+        &self,
+        object: &TerraformObject,
+        runner: &str,
+    ) -> Result<Box<dyn RunnerSession>, PortError> {
+        let _ = object;
+        Err(PortError::NotFound(format!(
+            "runner {runner}: this runner port cannot attach to earlier runners"
+        )))
+    }
 }
 
 /// What a runner session sets up before `init`.
@@ -283,6 +300,11 @@ impl std::fmt::Debug for OutputValue {
 pub trait RunnerSession: Send {
     /// The binary and version that runs (`tofu 1.10.6`).
     fn binary(&self) -> String;
+    /// How to reach this runner again (a Pod, an address) for [`RunnerPort::attach`]; empty
+    /// when it cannot be reached from another session.
+    fn runner(&self) -> String {
+        String::new()
+    }
     /// Uploads the archive and writes backend override, variables, files and CLI config.
     async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError>;
     /// `init -upgrade -input=false -force-copy`.
@@ -293,8 +315,15 @@ pub trait RunnerSession: Send {
     async fn plan(&mut self, request: &PlanRequest) -> Result<PlanResult, PortError>;
     /// `show` (text and JSON) of the last plan.
     async fn show(&mut self) -> Result<ShownPlan, PortError>;
-    /// Applies the last plan.
-    async fn apply(&mut self) -> Result<(), PortError>;
+    /// Applies the last plan, as `run_id` (a run id the runner has seen is never started
+    /// again: asking for it waits for its result).
+    async fn apply(&mut self, run_id: &str) -> Result<(), PortError>;
+    /// Waits for the result of the command run as `run_id` (by this or an earlier session).
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`] when the runner does not know the run; the command's own
+    /// failure otherwise.
+    async fn attach(&mut self, run_id: &str) -> Result<(), PortError>;
     /// `output -json`.
     async fn outputs(&mut self) -> Result<BTreeMap<String, OutputValue>, PortError>;
     /// The resources in the state.

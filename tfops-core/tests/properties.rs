@@ -56,6 +56,8 @@ enum Action {
     /// Adds or removes a `Deny` policy: no resource may become "2", and (rule 2) no plan may
     /// delete `terraform_data.drifted`.
     TogglePolicy,
+    /// Every runner disappears (Pods deleted): recorded runs can no longer be attached to.
+    LoseRunners,
 }
 
 fn edit() -> impl Strategy<Value = Edit> {
@@ -90,6 +92,7 @@ const FAULTS: &[FakeOp] = &[
     FakeOp::RefreshPlan,
     FakeOp::Show,
     FakeOp::Apply,
+    FakeOp::Attach,
     FakeOp::Output,
     FakeOp::Inventory,
     FakeOp::Destroy,
@@ -125,6 +128,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => obj.clone().prop_map(Action::LockState),
         1 => (0usize..6).prop_filter_map("rare", |o| (o < 2).then_some(o)).prop_map(Action::Delete),
         1 => Just(Action::TogglePolicy),
+        1 => Just(Action::LoseRunners),
     ]
 }
 
@@ -318,6 +322,7 @@ impl Model {
             Action::Drift(i) => w.drift(&self.keys[i], "terraform_data.drifted", "by hand"),
             Action::LockState(i) => w.lock_state(&self.keys[i], "lock-1", "crashed-runner"),
             Action::Delete(i) => w.delete(&self.keys[i]),
+            Action::LoseRunners => w.lose_runners(),
             Action::TogglePolicy => {
                 let mut l = w.lock();
                 if l.policies.is_empty() {

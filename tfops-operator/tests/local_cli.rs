@@ -332,9 +332,16 @@ fn watch_interrupted_mid_apply_then_restarted_keeps_state_and_applies_once() {
     assert_ne!(out.status.code(), Some(0));
 
     // Restarted without the slow resource: the state was not damaged and one apply finishes.
+    // The interrupted apply was recorded; its runner stopped with the first command, so its
+    // result is unknown and that is said before planning again from the state.
     std::fs::write(&main, config).unwrap();
     let again = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
     assert_eq!(again.code, 0, "{}{}", again.stdout, again.stderr);
+    let said = format!("{}{}", again.stdout, again.stderr);
+    assert!(
+        said.contains("ApplyInterrupted") && said.contains("its result is unknown"),
+        "{said}"
+    );
     assert!(
         again.stdout.contains("TerraformAppliedSucceed"),
         "{}",

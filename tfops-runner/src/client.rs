@@ -271,6 +271,9 @@ impl RunnerClient {
 
 fn port_error(e: ClientError) -> PortError {
     match e {
+        ClientError::Call { status, .. } if status.code() == tonic::Code::NotFound => {
+            PortError::NotFound(status.message().to_string())
+        }
         ClientError::Call { status, .. } if status.code() == tonic::Code::InvalidArgument => {
             PortError::Invalid(status.message().to_string())
         }
@@ -348,6 +351,7 @@ pub fn setup_request(request: &SetupRequest) -> Result<proto::SetupRequest, Port
 pub struct Session {
     client: RunnerClient,
     binary: String,
+    runner: String,
     prefix: String,
     next: u64,
     /// Receives every log line of every command.
@@ -364,10 +368,18 @@ impl Session {
         Ok(Self {
             client,
             binary: format!("{binary} {version}"),
+            runner: String::new(),
             prefix: prefix.to_string(),
             next: 0,
             on_line: Box::new(|_| {}),
         })
+    }
+
+    /// Names the runner this session talks to ([`RunnerSession::runner`]), so that a later
+    /// session can attach to its runs.
+    pub fn named(mut self, runner: &str) -> Self {
+        self.runner = runner.to_string();
+        self
     }
 
     /// The id the next command will run under.
@@ -378,10 +390,19 @@ impl Session {
     async fn command(&mut self, command: Command) -> Result<proto::RunResult, PortError> {
         let id = self.next_run_id();
         self.next += 1;
+        self.run_as(&id, Some(command)).await
+    }
+
+    /// Runs `command` as `id` (or, without a command, attaches to the run `id`).
+    async fn run_as(
+        &mut self,
+        id: &str,
+        command: Option<Command>,
+    ) -> Result<proto::RunResult, PortError> {
         let on_line = &mut self.on_line;
         let result = self
             .client
-            .run(&id, Some(command), |l| on_line(l))
+            .run(id, command, |l| on_line(l))
             .await
             .map_err(port_error)?;
         match result_error(&result) {
@@ -395,6 +416,10 @@ impl Session {
 impl RunnerSession for Session {
     fn binary(&self) -> String {
         self.binary.clone()
+    }
+
+    fn runner(&self) -> String {
+        self.runner.clone()
     }
 
     async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {
@@ -459,10 +484,14 @@ impl RunnerSession for Session {
         }
     }
 
-    async fn apply(&mut self) -> Result<(), PortError> {
-        self.command(Command::Apply(proto::Apply {}))
+    async fn apply(&mut self, run_id: &str) -> Result<(), PortError> {
+        self.run_as(run_id, Some(Command::Apply(proto::Apply {})))
             .await
             .map(drop)
+    }
+
+    async fn attach(&mut self, run_id: &str) -> Result<(), PortError> {
+        self.run_as(run_id, None).await.map(drop)
     }
 
     async fn outputs(&mut self) -> Result<BTreeMap<String, OutputValue>, PortError> {

@@ -76,6 +76,8 @@ pub fn find_binary_in(
 }
 
 struct RunEntry {
+    /// The command it runs: asking for the same run id with another command is refused.
+    command: Command,
     lines: Mutex<Vec<proto::LogLine>>,
     version: watch::Sender<u64>,
     result: watch::Sender<Option<proto::RunResult>>,
@@ -136,19 +138,28 @@ impl RunnerService {
         }
     }
 
+    /// Refuses `what` while a command runs: one thing at a time in one working directory.
+    fn idle(&self, what: &str) -> Result<(), Status> {
+        busy(&lock(&self.runs), what)
+    }
+
     fn archive_dir(&self) -> PathBuf {
         self.config.workdir_root.join(".tfops-archives")
     }
 
-    fn start(&self, run_id: String, command: Command) -> Arc<RunEntry> {
+    /// Starts `command` as `run_id`, unless another command is running (checked under the
+    /// same lock that registers the run, so two requests cannot both start).
+    fn start(&self, run_id: String, command: Command) -> Result<Arc<RunEntry>, Status> {
         let mut runs = lock(&self.runs);
         if let Some(existing) = runs.get(&run_id) {
-            return existing.clone();
+            return Ok(existing.clone());
         }
+        busy(&runs, "a new command")?;
         let (version, _) = watch::channel(0u64);
         let (result, _) = watch::channel(None);
         let (cancel, cancel_rx) = watch::channel(false);
         let entry = Arc::new(RunEntry {
+            command: command.clone(),
             lines: Mutex::new(Vec::new()),
             version,
             result,
@@ -190,7 +201,16 @@ impl RunnerService {
             let _ = forward.await;
             task_entry.result.send_replace(Some(result));
         });
-        entry
+        Ok(entry)
+    }
+}
+
+fn busy(runs: &HashMap<String, Arc<RunEntry>>, what: &str) -> Result<(), Status> {
+    match runs.iter().find(|(_, e)| e.result.borrow().is_none()) {
+        Some((id, _)) => Err(Status::failed_precondition(format!(
+            "{what} refused: run {id} is still running"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -409,6 +429,7 @@ impl Runner for RunnerService {
         &self,
         req: Request<proto::SetupRequest>,
     ) -> Result<Response<proto::SetupReply>, Status> {
+        self.idle("Setup")?;
         let r = req.into_inner();
         let archive = {
             let state = lock(&self.state);
@@ -509,12 +530,23 @@ impl Runner for RunnerService {
         }
         let existing = lock(&self.runs).get(&r.run_id).cloned();
         let entry = match existing {
-            Some(e) => e,
+            Some(e) => {
+                if let Some(asked) = &r.command
+                    && std::mem::discriminant(asked) != std::mem::discriminant(&e.command)
+                {
+                    return Err(Status::failed_precondition(format!(
+                        "run {} is another command; a run id names one command",
+                        r.run_id
+                    )));
+                }
+                e
+            }
             None => {
+                // Without a command this is an attach: the run must be known.
                 let command = r
                     .command
-                    .ok_or_else(|| Status::invalid_argument("a command is required"))?;
-                self.start(r.run_id, command)
+                    .ok_or_else(|| Status::not_found(format!("no run {}", r.run_id)))?;
+                self.start(r.run_id, command)?
             }
         };
         let (tx, rx) = mpsc::channel(256);
@@ -576,6 +608,7 @@ impl Runner for RunnerService {
         &self,
         _: Request<proto::CleanupRequest>,
     ) -> Result<Response<proto::CleanupReply>, Status> {
+        self.idle("Cleanup")?;
         // Finished runs are forgotten (a Pod kept between runs must not grow without bound);
         // running ones stay attachable.
         lock(&self.runs).retain(|_, e| e.result.borrow().is_none());

@@ -9,76 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use tfops_core::api::{ObjectMeta, TerraformObject};
 use tfops_core::ports::{
     self, Artifact, PlanRequest, PortError, ResolvedInputs, RunnerSession, SetupRequest,
 };
-use tfops_runner::client::{ClientTls, RunnerClient, ServerTls, Session, serve};
+use tfops_runner::client::{ClientTls, RunnerClient};
 use tfops_runner::proto;
-use tfops_runner::server::{RunnerConfig, RunnerService};
-use tfops_runner::tls::{Pki, runner_server_name};
+use tfops_runner::tls::runner_server_name;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
-
-const DAY: Duration = Duration::from_secs(86_400);
-
-fn pki() -> Pki {
-    Pki::new(SystemTime::now(), 30 * DAY, 7 * DAY, 3 * DAY).unwrap()
-}
-
-struct Runner {
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
-
-async fn start_runner(tls: ServerTls) -> Runner {
-    let dir = tempfile::tempdir().unwrap();
-    let config = RunnerConfig {
-        program: terraform(),
-        binary: "terraform".into(),
-        workdir_root: dir.path().join("work"),
-        home: dir.path().join("home"),
-        grace: Duration::from_secs(10),
-        max_log_lines: 10_000,
-    };
-    std::fs::create_dir_all(&config.workdir_root).unwrap();
-    std::fs::create_dir_all(&config.home).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let service = RunnerService::new(config);
-    tokio::spawn(async move {
-        serve(listener, service, &tls, 64 << 20, async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
-    Runner {
-        addr,
-        _dir: dir,
-        _stop: stop,
-    }
-}
-
-fn server_tls(pki: &Pki, ns: &str) -> ServerTls {
-    let s = pki.runner_secret(ns, SystemTime::now()).unwrap();
-    ServerTls {
-        cert: s.tls_crt,
-        key: s.tls_key,
-        client_ca_bundle: s.ca_crt,
-    }
-}
-
-fn client_tls(pki: &Pki, ns: &str) -> ClientTls {
-    let c = pki.client(SystemTime::now()).unwrap();
-    ClientTls {
-        ca_bundle: pki.trust_bundle(),
-        cert: c.cert,
-        key: c.key,
-        server_name: runner_server_name(ns),
-    }
-}
 
 async fn info(addr: SocketAddr, tls: &ClientTls) -> Result<(String, String), String> {
     let mut c = RunnerClient::connect(&format!("https://{addr}"), tls)
@@ -180,41 +117,6 @@ async fn a_rotation_in_the_middle_of_a_sequence_of_calls_loses_no_call() {
     assert_eq!(calls, 15);
 }
 
-fn object(config_dir: &str) -> TerraformObject {
-    let spec = serde_json::from_value(serde_json::json!({
-        "sourceRef": {"kind": "Local", "url": "."},
-        "path": config_dir,
-        "backendConfig": {"customConfiguration": "terraform {\n  backend \"local\" {\n    path = \"terraform.tfstate\"\n  }\n}\n"},
-    }))
-    .unwrap();
-    TerraformObject {
-        metadata: ObjectMeta {
-            name: "vpc".into(),
-            namespace: "team-a".into(),
-            generation: 1,
-            ..Default::default()
-        },
-        spec,
-        status: Default::default(),
-    }
-}
-
-fn artifact(tree: &std::path::Path) -> Artifact {
-    let mut data = Vec::new();
-    let summary = tfops_core::source::build_archive(tree, None, &mut data).unwrap();
-    Artifact {
-        sha256: summary.sha256,
-        data: Arc::new(data),
-    }
-}
-
-async fn session(addr: SocketAddr, pki: &Pki, prefix: &str) -> Session {
-    let client = RunnerClient::connect(&format!("https://{addr}"), &client_tls(pki, "team-a"))
-        .await
-        .unwrap();
-    Session::start(client, prefix).await.unwrap()
-}
-
 fn plan(kind: ports::PlanKind) -> PlanRequest {
     PlanRequest {
         kind,
@@ -252,7 +154,7 @@ async fn a_whole_run_through_the_session_port() {
     );
     let shown = s.show().await.unwrap();
     assert!(shown.readable.contains("terraform_data.a will be created"));
-    s.apply().await.unwrap();
+    s.apply("apply-1").await.unwrap();
     let outputs = s.outputs().await.unwrap();
     assert_eq!(
         outputs["a"].value,
@@ -349,9 +251,10 @@ async fn a_controller_that_reconnects_mid_apply_gets_the_real_result_and_cancel_
     s.setup(&request).await.unwrap();
     s.init().await.unwrap();
     s.plan(&plan(ports::PlanKind::Normal)).await.unwrap();
-    let apply_id = s.next_run_id();
+    let apply_id = "apply-slow-1".to_string();
     // The first controller starts the apply and goes away mid-way.
-    let apply = tokio::spawn(async move { s.apply().await });
+    let id = apply_id.clone();
+    let apply = tokio::spawn(async move { s.apply(&id).await });
     tokio::time::sleep(Duration::from_secs(2)).await;
     apply.abort();
     // A new controller re-attaches by run id: no second apply, the real result.
@@ -383,9 +286,10 @@ async fn a_controller_that_reconnects_mid_apply_gets_the_real_result_and_cancel_
     s.setup(&request).await.unwrap();
     s.init().await.unwrap();
     s.plan(&plan(ports::PlanKind::Normal)).await.unwrap();
-    let id = s.next_run_id();
+    let id = "apply-slow-2".to_string();
     let started = std::time::Instant::now();
-    let apply = tokio::spawn(async move { s.apply().await });
+    let run_id = id.clone();
+    let apply = tokio::spawn(async move { s.apply(&run_id).await });
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(again.cancel(&id).await.unwrap(), "the apply was running");
     let result = apply.await.unwrap();

@@ -25,7 +25,9 @@ pub use runner::{
 pub use source::{SourceKind, SourceRef, SourceRevisionRef};
 pub use spec::{ApprovePlan, DependsOn, DriftAction, Remediation, TerraformSpec};
 pub use state::{BackendConfig, ForceUnlock, TfstateSpec};
-pub use status::{InventoryEntry, LockStatus, PlanStatus, PolicyViolation, TerraformStatus};
+pub use status::{
+    ActiveRun, InventoryEntry, LockStatus, PlanStatus, PolicyViolation, TerraformStatus,
+};
 pub use validate::{SpecProblem, ValidSpec, ValidationErrors, validate};
 pub use vars::{
     FileLocation, FileMapping, KeyRef, SecretKeyRef, ValueFrom, Variable, VarsFrom, VarsFromKind,

@@ -50,6 +50,11 @@ pub struct TerraformStatus {
     /// The plan waiting for approval, and the last applied one.
     #[serde(default)]
     pub plan: PlanStatus,
+    /// A long step under way, recorded before it starts: after a restart of whoever drives
+    /// the run, the next driver attaches to it and records its result instead of starting it
+    /// again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_run: Option<ActiveRun>,
     /// The resources in the state after the last apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inventory: Vec<InventoryEntry>,
@@ -127,6 +132,35 @@ pub struct PlanStatus {
     /// The SHA-256 of what the last applied plan did.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_applied_digest: String,
+}
+
+/// An apply under way in a runner (see [`TerraformStatus::active_run`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveRun {
+    /// The step (`Apply`).
+    pub step: String,
+    /// Which runner runs it (what the runner port needs to reach it again).
+    pub runner: String,
+    /// The runner's run id of the command.
+    pub run_id: String,
+    /// When it started.
+    pub started_at: jiff::Timestamp,
+    /// The plan it applies.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub plan_id: String,
+    /// What that plan does ([`PlanStatus::pending_digest`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub plan_digest: String,
+    /// The source revision it was planned from.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub revision: String,
+    /// The digest of the inputs it was planned with.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub inputs_digest: String,
+    /// It destroys everything (`spec.destroy`, or deletion).
+    #[serde(default)]
+    pub destroy: bool,
 }
 
 /// A state lock that stopped a run.

@@ -73,6 +73,11 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
     if let Some(v) = reconcile_value {
         run.st.last_handled_reconcile_at = Some(v.to_string());
     }
+    // A destroy (or apply) an earlier driver left under way is awaited first; whatever its
+    // result, the destroy below plans from the state again.
+    if let super::flow::Flow::Stop(stop) = run.resume() {
+        return run.finish(stop);
+    }
     run.set(
         ConditionType::Reconciling,
         ConditionStatus::True,
@@ -144,8 +149,8 @@ fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
     if let Outcome::Planned {
         has_changes: true,
         summary,
+        digest,
         violations,
-        ..
     } = outcome
     {
         let how = format!(
@@ -165,7 +170,8 @@ fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
             );
             return Flow::Stop(Stop::End(End::Failed(failure)));
         }
-        match super::run::need_apply(run) {
+        let what = super::run::destroying(&plan_id, digest, revision);
+        match super::run::need_apply(run, what) {
             Flow::Go(()) => {}
             // Terraform failing to apply a destroy plan is a failed destroy to the user.
             Flow::Stop(Stop::End(End::Failed(mut f))) if f.reason == Reason::TFExecApplyFailed => {

@@ -11,7 +11,7 @@ use super::model::{
     DependencyState, Outcome, Progress, Record, Snapshot, Step, StepFailure, StepKind,
 };
 use crate::api::{ObjectKey, TerraformObject, TerraformStatus, render_template, validate};
-use crate::conditions::{ConditionStatus, ConditionType};
+use crate::conditions::{ConditionStatus, ConditionType, Reason};
 use crate::naming;
 use crate::ports::{
     Artifact, Event, EventType, OutputValue, PlanKind, PlanRequest, PortError, Ports,
@@ -189,7 +189,7 @@ impl Driver {
             let bad = if abnormal {
                 c.status == ConditionStatus::True
             } else {
-                c.status == ConditionStatus::False
+                c.status == ConditionStatus::False || reason == Reason::ApplyInterrupted
             };
             let event = Event {
                 event_type: if bad {
@@ -301,10 +301,28 @@ impl Driver {
                 Ok(Outcome::Fetched { sha256 })
             }
             Step::StartRunner => {
+                if let Some(mut attached) = state.session.take() {
+                    // A session attached to an earlier run is done with; this run starts afresh.
+                    let _ = attached.cleanup().await;
+                }
                 let session = p.runner.start(object).await.map_err(fail(SubStep::Start))?;
                 let binary = session.binary();
+                let runner = session.runner();
                 state.session = Some(session);
-                Ok(Outcome::RunnerStarted { binary })
+                Ok(Outcome::RunnerStarted { binary, runner })
+            }
+            Step::Attach { runner, run_id } => {
+                let attached = match p.runner.attach(object, &runner).await {
+                    Ok(session) => session,
+                    Err(PortError::NotFound(why)) => return Ok(Outcome::RunGone { why }),
+                    Err(e) => return Err(fail(SubStep::Start)(e)),
+                };
+                let session = state.session.insert(attached);
+                match session.attach(&run_id).await {
+                    Ok(()) => Ok(Outcome::Applied),
+                    Err(PortError::NotFound(why)) => Ok(Outcome::RunGone { why }),
+                    Err(e) => Err(fail(SubStep::Apply)(e)),
+                }
             }
             Step::Setup => {
                 let inputs = p
@@ -415,12 +433,12 @@ impl Driver {
                     violations,
                 })
             }
-            Step::Apply => {
+            Step::Apply { run_id } => {
                 let session = state
                     .session
                     .as_mut()
                     .ok_or_else(|| fail(SubStep::Apply)(missing("the runner")))?;
-                session.apply().await.map_err(fail(SubStep::Apply))?;
+                session.apply(&run_id).await.map_err(fail(SubStep::Apply))?;
                 Ok(Outcome::Applied)
             }
             Step::Outputs => {

@@ -34,6 +34,8 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
             _ => Reason::TFExecPlanFailed,
         },
         (_, StepKind::Apply) => Reason::TFExecApplyFailed,
+        (PortError::Unavailable(_), StepKind::Attach) => Reason::RunnerConnectionFailed,
+        (_, StepKind::Attach) => Reason::TFExecApplyFailed,
         (_, StepKind::Outputs) => match sub {
             SubStep::WriteOutputs => Reason::OutputsWritingFailed,
             _ => Reason::TFExecOutputFailed,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::model::{Decision, Outcome, Snapshot, Step, StepFailure, StepKind};
 use super::timing::{backoff, retries_exhausted};
-use crate::api::{ForceUnlock, LockStatus, TerraformStatus, annotations};
+use crate::api::{ActiveRun, ForceUnlock, LockStatus, TerraformStatus, annotations};
 use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
 use crate::ports::Revision;
 
@@ -162,7 +162,7 @@ impl<'a> Run<'a> {
             return Flow::Stop(s);
         }
         match self.need(Step::StartRunner) {
-            Flow::Go((Outcome::RunnerStarted { binary }, _)) => {
+            Flow::Go((Outcome::RunnerStarted { binary, .. }, _)) => {
                 self.st.binary = Some(binary.clone())
             }
             Flow::Go(_) => return unexpected(StepKind::StartRunner),
@@ -183,6 +183,74 @@ impl<'a> Run<'a> {
         // A requested unlock that failed does not end the run: the lock may have been released
         // by its holder meanwhile, and the next Terraform command says whether it still is.
         Flow::Go(inputs_digest)
+    }
+
+    /// The runner this run talks to: the one it started, or the one it attached to.
+    pub fn runner_ref(&self) -> String {
+        let started = self
+            .s
+            .progress
+            .records
+            .iter()
+            .rev()
+            .find_map(|r| match &r.result {
+                Ok(Outcome::RunnerStarted { runner, .. }) => Some(runner.clone()),
+                _ => None,
+            });
+        started
+            .or_else(|| self.start().active_run.as_ref().map(|a| a.runner.clone()))
+            .unwrap_or_default()
+    }
+
+    /// An earlier driver recorded a run under way in status and stopped (a restart, an
+    /// eviction): attach to it and take its result before doing anything else, so that nothing
+    /// runs twice. Gives the recorded run when it succeeded; `None` when there was none, or
+    /// when its runner is gone (its result is unknown: the run goes on from the state, and
+    /// the `Apply` condition says what happened). A runner that cannot be reached now fails
+    /// the run and keeps the record, to attach again on the retry.
+    pub fn resume(&mut self) -> Flow<Option<&'a ActiveRun>> {
+        let Some(active) = self.start().active_run.as_ref() else {
+            return Flow::Go(None);
+        };
+        match self.got(StepKind::Attach) {
+            Got::Todo => Flow::Stop(Stop::Next(Step::Attach {
+                runner: active.runner.clone(),
+                run_id: active.run_id.clone(),
+            })),
+            Got::Failed(f) => {
+                if f.reason != Reason::RunnerConnectionFailed {
+                    // The recorded run ended, and it failed: that is its result.
+                    self.st.active_run = None;
+                }
+                self.set(
+                    ConditionType::Apply,
+                    ConditionStatus::False,
+                    f.reason,
+                    format!(
+                        "run {} (plan {}): {}",
+                        active.run_id, active.plan_id, f.message
+                    ),
+                );
+                Flow::Stop(Stop::End(End::Failed(f.clone())))
+            }
+            Got::Ok(Outcome::RunGone { why }, _) => {
+                self.st.active_run = None;
+                self.set(
+                    ConditionType::Apply,
+                    ConditionStatus::Unknown,
+                    Reason::ApplyInterrupted,
+                    format!(
+                        "the apply of plan {} (run {}, started {}) was interrupted and cannot be found ({why}): its result is unknown, so this run plans again from the state",
+                        active.plan_id, active.run_id, active.started_at
+                    ),
+                );
+                Flow::Go(None)
+            }
+            Got::Ok(_, _) => {
+                self.st.active_run = None;
+                Flow::Go(Some(active))
+            }
+        }
     }
 
     /// Records that no lock stops Terraform (a release, or a command that took the lock).

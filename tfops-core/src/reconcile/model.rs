@@ -101,8 +101,18 @@ pub enum Step {
         /// Made to correct drift.
         drift: bool,
     },
-    /// Apply the plan just made.
-    Apply,
+    /// Apply the plan just made, as this run id of the runner.
+    Apply {
+        /// The run id ([`crate::api::ActiveRun::run_id`]).
+        run_id: String,
+    },
+    /// Attach to a run that an earlier driver recorded in status and wait for its result.
+    Attach {
+        /// The runner it runs in.
+        runner: String,
+        /// Its run id.
+        run_id: String,
+    },
     /// Read outputs and inventory; write the outputs Secret if asked.
     Outputs,
     /// Run the health checks.
@@ -134,7 +144,8 @@ impl Step {
             Step::ForceUnlock { .. } => StepKind::ForceUnlock,
             Step::DetectDrift => StepKind::DetectDrift,
             Step::Plan { .. } => StepKind::Plan,
-            Step::Apply => StepKind::Apply,
+            Step::Apply { .. } => StepKind::Apply,
+            Step::Attach { .. } => StepKind::Attach,
             Step::Outputs => StepKind::Outputs,
             Step::HealthChecks => StepKind::HealthChecks,
             Step::Cleanup => StepKind::Cleanup,
@@ -159,6 +170,7 @@ pub enum StepKind {
     DetectDrift,
     Plan,
     Apply,
+    Attach,
     Outputs,
     HealthChecks,
     Cleanup,
@@ -195,6 +207,8 @@ pub enum Outcome {
     RunnerStarted {
         /// Binary and version.
         binary: String,
+        /// How to reach this runner again ([`crate::ports::RunnerSession::runner`]).
+        runner: String,
     },
     /// Setup, init and workspace selection succeeded.
     SetUp {
@@ -220,8 +234,13 @@ pub enum Outcome {
         /// What the policies found (plans with changes only).
         violations: Vec<crate::api::PolicyViolation>,
     },
-    /// The plan was applied.
+    /// The plan was applied (by this run, or by the recorded run attached to).
     Applied,
+    /// The recorded run cannot be found: its runner is gone, so its result is unknown.
+    RunGone {
+        /// What was found instead.
+        why: String,
+    },
     /// Outputs and inventory were read (and written).
     OutputsRead {
         /// Output names.

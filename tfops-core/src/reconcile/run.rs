@@ -4,7 +4,9 @@
 use super::flow::{End, Flow, Run, Stop, go};
 use super::model::{Decision, Outcome, Snapshot, Step, StepFailure, StepKind};
 use super::timing;
-use crate::api::{ApprovePlan, DriftAction, ValidSpec, ValidationErrors, annotations, validate};
+use crate::api::{
+    ActiveRun, ApprovePlan, DriftAction, ValidSpec, ValidationErrors, annotations, validate,
+};
 use crate::conditions::{ConditionStatus, ConditionType, Reason};
 use crate::naming;
 use crate::ports::{PlanKind, Revision};
@@ -32,7 +34,9 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
         .records
         .iter()
         .any(|r| r.step != StepKind::AddFinalizer);
-    if !started {
+    // A run an earlier driver left under way is taken up at once, whatever else is due.
+    let resuming = s.object.status.active_run.is_some();
+    if !started && !resuming {
         if let Err(next) = timing::due(&s.object, &valid, s.now) {
             return run.next(Step::Done {
                 requeue_after: next,
@@ -43,6 +47,10 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
         }
     }
     mark_started(&mut run);
+    if let Some(active) = go!(run, run.resume()) {
+        go!(run, resumed_apply(&mut run, active));
+        return run.end(End::Success);
+    }
     let revision = go!(run, run.resolve());
     if let Some(message) = dependencies_behind(s, &revision) {
         return run.wait_for_dependencies(message);
@@ -416,9 +424,11 @@ pub(super) fn denied(
     })
 }
 
-/// The `Apply` step. `status.lastApplyStartedAt` is part of the status written before it
-/// starts, so that after a crash mid-apply nobody concludes that nothing was ever applied.
-pub(super) fn need_apply(run: &mut Run<'_>) -> Flow<()> {
+/// The `Apply` step of the plan `what` describes. The status written before it starts
+/// records it (`status.activeRun`: runner, run id, plan) and `status.lastApplyStartedAt`, so
+/// that a driver that restarts mid-apply attaches to it instead of applying again, and nobody
+/// concludes after a crash that nothing was ever applied.
+pub(super) fn need_apply(run: &mut Run<'_>, what: ActiveRun) -> Flow<()> {
     let records = &run.s.progress.records;
     let started = match records.iter().position(|r| r.step == StepKind::Apply) {
         None => run.s.now,
@@ -426,10 +436,109 @@ pub(super) fn need_apply(run: &mut Run<'_>) -> Flow<()> {
         Some(i) => records[i - 1].at,
     };
     run.st.last_apply_started_at = Some(started);
-    match run.need_phase(Step::Apply, ConditionType::Apply) {
+    let run_id = format!("apply-{}", started.as_millisecond());
+    let attempted = run.s.progress.attempted(StepKind::Apply);
+    run.st.active_run = (!attempted).then(|| ActiveRun {
+        step: "Apply".into(),
+        runner: run.runner_ref(),
+        run_id: run_id.clone(),
+        started_at: started,
+        ..what
+    });
+    match run.need_phase(Step::Apply { run_id }, ConditionType::Apply) {
         Flow::Go(_) => Flow::Go(()),
         Flow::Stop(s) => Flow::Stop(s),
     }
+}
+
+/// The plan an apply applies, for [`need_apply`].
+fn applying(
+    plan_id: &str,
+    digest: &str,
+    revision: &Revision,
+    inputs: &str,
+    destroy: bool,
+) -> ActiveRun {
+    ActiveRun {
+        plan_id: plan_id.to_string(),
+        plan_digest: digest.to_string(),
+        revision: revision.to_string(),
+        inputs_digest: inputs.to_string(),
+        destroy,
+        ..ActiveRun::default()
+    }
+}
+
+/// The destroy plan of a deletion, for [`need_apply`].
+pub(super) fn destroying(plan_id: &str, digest: &str, revision: &Revision) -> ActiveRun {
+    ActiveRun {
+        plan_id: plan_id.to_string(),
+        plan_digest: digest.to_string(),
+        revision: revision.to_string(),
+        destroy: true,
+        ..ActiveRun::default()
+    }
+}
+
+/// The recorded apply an earlier driver left under way succeeded: record it as this run's
+/// apply, then read outputs and run the health checks (the attached runner holds the working
+/// directory).
+fn resumed_apply(run: &mut Run<'_>, active: &ActiveRun) -> Flow<()> {
+    let message = format!(
+        "applied plan {} at {} (attached to run {} after the driver restarted)",
+        active.plan_id, active.revision, active.run_id
+    );
+    if let Flow::Stop(s) = record_applied(run, active, message.clone()) {
+        return Flow::Stop(s);
+    }
+    if let Flow::Stop(s) = outputs_and_health(run) {
+        return Flow::Stop(s);
+    }
+    run.set(
+        ConditionType::Ready,
+        ConditionStatus::True,
+        Reason::TerraformAppliedSucceed,
+        message,
+    );
+    Flow::Go(())
+}
+
+/// Records `what` as applied (by this run, or by the run attached to): the last applied
+/// revision, plan, content and inputs, and the `Apply` condition. A destroy ends the run: there
+/// are no outputs left to read.
+fn record_applied(run: &mut Run<'_>, what: &ActiveRun, message: String) -> Flow<()> {
+    run.st.last_applied_revision = Some(what.revision.clone());
+    if !what.inputs_digest.is_empty() {
+        run.st.last_applied_inputs_digest = Some(what.inputs_digest.clone());
+    }
+    run.st.plan.last_applied = what.plan_id.clone();
+    run.st.plan.last_applied_digest = what.plan_digest.clone();
+    if run.st.plan.pending == what.plan_id && run.st.plan.pending_digest == what.plan_digest {
+        run.st.plan = clear_pending(std::mem::take(&mut run.st.plan));
+    }
+    let reason = if what.destroy {
+        Reason::TerraformDestroySucceed
+    } else {
+        Reason::TerraformAppliedSucceed
+    };
+    run.set(
+        ConditionType::Apply,
+        ConditionStatus::True,
+        reason,
+        message.clone(),
+    );
+    if what.destroy {
+        run.st.inventory.clear();
+        run.st.available_outputs.clear();
+        run.set(
+            ConditionType::Ready,
+            ConditionStatus::True,
+            reason,
+            format!("destroyed everything: {message}"),
+        );
+        return Flow::Stop(Stop::End(End::Success));
+    }
+    Flow::Go(())
 }
 
 /// Goes on only when the plan may be applied; otherwise ends the run waiting for a human.
@@ -527,38 +636,12 @@ fn apply(
     plan_id: &str,
     planned: &Planned<'_>,
 ) -> Flow<()> {
-    if let Flow::Stop(s) = need_apply(run) {
+    let destroy = run.s.object.spec.destroy;
+    let what = applying(plan_id, planned.digest, revision, inputs, destroy);
+    if let Flow::Stop(s) = need_apply(run, what.clone()) {
         return Flow::Stop(s);
     }
-    run.st.last_applied_inputs_digest = Some(inputs.to_string());
-    let destroy = run.s.object.spec.destroy;
-    run.st.plan.last_applied = plan_id.to_string();
-    run.st.plan.last_applied_digest = planned.digest.to_string();
-    run.st.plan = clear_pending(std::mem::take(&mut run.st.plan));
-    run.st.last_applied_revision = Some(revision.to_string());
-    let reason = if destroy {
-        Reason::TerraformDestroySucceed
-    } else {
-        Reason::TerraformAppliedSucceed
-    };
-    run.set(
-        ConditionType::Apply,
-        ConditionStatus::True,
-        reason,
-        format!("applied {}", planned.label),
-    );
-    if destroy {
-        run.st.inventory.clear();
-        run.st.available_outputs.clear();
-        run.set(
-            ConditionType::Ready,
-            ConditionStatus::True,
-            reason,
-            format!("destroyed everything ({})", planned.summary),
-        );
-        return Flow::Stop(Stop::End(End::Success));
-    }
-    Flow::Go(())
+    record_applied(run, &what, format!("applied {}", planned.label))
 }
 
 /// Outputs (and the outputs Secret), inventory, then health checks.

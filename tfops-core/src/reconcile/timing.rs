@@ -16,6 +16,8 @@ pub enum Trigger {
     ReplanRequested,
     /// The last run failed and its backoff elapsed.
     Retry,
+    /// An earlier driver stopped while a run was under way (`status.activeRun`).
+    Resume,
     /// `spec.interval` elapsed since the last run.
     Interval,
 }
@@ -54,6 +56,9 @@ pub fn due(
     now: jiff::Timestamp,
 ) -> Result<Trigger, Option<Duration>> {
     let status = &object.status;
+    if status.active_run.is_some() && status.reconciliation_failures == 0 {
+        return Ok(Trigger::Resume);
+    }
     if object.metadata.generation != status.observed_generation {
         return Ok(Trigger::NewGeneration);
     }

@@ -20,6 +20,11 @@ use crate::reconcile::{DependencyState, DependencyView, Driver, DriverError, Run
 
 pub use runner::FakeSession;
 
+/// The name of the runner of fake session `n` ([`crate::ports::RunnerSession::runner`]).
+pub fn runner_ref(n: usize) -> String {
+    format!("fake-runner-{n}")
+}
+
 /// The operations a fault can be injected into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[allow(missing_docs)] // each is the port method of the same name
@@ -35,6 +40,7 @@ pub enum FakeOp {
     RefreshPlan,
     Show,
     Apply,
+    Attach,
     Output,
     Inventory,
     Destroy,
@@ -98,6 +104,10 @@ pub struct WorldState {
     pub calls: Vec<Call>,
     /// How many runner sessions were started.
     pub sessions: usize,
+    /// The result of every apply by run id, as a runner keeps it for re-attaching.
+    pub runs: BTreeMap<String, Result<(), PortError>>,
+    /// Runners that are gone ([`FakeWorld::lose_runners`]): attaching to them finds nothing.
+    pub gone_runners: std::collections::BTreeSet<String>,
     /// How many status writes succeeded.
     pub status_writes: usize,
     /// `TerraformPolicy` objects.
@@ -286,6 +296,15 @@ impl FakeWorld {
     pub fn lock_state(&self, key: &ObjectKey, lock_id: &str, holder: &str) {
         let mut w = self.lock();
         w.infra.entry(key.clone()).or_default().lock = Some((lock_id.into(), holder.into()));
+    }
+
+    /// Every runner started so far disappears (its Pod deleted, the machine restarted): runs
+    /// recorded in status can no longer be attached to.
+    pub fn lose_runners(&self) {
+        let mut w = self.lock();
+        let all: Vec<String> = (0..w.sessions).map(runner_ref).collect();
+        w.gone_runners.extend(all);
+        w.runs.clear();
     }
 
     /// How many applies ran for the object.

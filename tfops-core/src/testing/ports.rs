@@ -90,6 +90,23 @@ impl RunnerPort for FakeWorld {
             session,
         )))
     }
+
+    async fn attach(
+        &self,
+        object: &TerraformObject,
+        runner: &str,
+    ) -> Result<Box<dyn RunnerSession>, PortError> {
+        self.check(FakeOp::Attach)?;
+        let known = {
+            let w = self.lock();
+            (0..w.sessions)
+                .find(|n| super::runner_ref(*n) == runner && !w.gone_runners.contains(runner))
+        };
+        match known {
+            Some(n) => Ok(Box::new(FakeSession::new(self.clone(), object.key(), n))),
+            None => Err(PortError::NotFound(format!("runner {runner} is gone"))),
+        }
+    }
 }
 
 #[async_trait]

@@ -44,6 +44,21 @@ impl FakeSession {
         self.world.check(op)
     }
 
+    /// Applies the last plan (what `terraform apply` of the saved plan does).
+    async fn apply_now(&mut self) -> Result<(), PortError> {
+        self.call(FakeOp::Apply)?;
+        self.locked()?;
+        let planned = self
+            .planned
+            .take()
+            .ok_or_else(|| PortError::Terraform("Error: no saved plan to apply".into()))?;
+        let mut w = self.world.lock();
+        let infra = w.infra.entry(self.object.clone()).or_default();
+        infra.real = planned.clone();
+        infra.state = planned;
+        Ok(())
+    }
+
     fn locked(&self) -> Result<(), PortError> {
         let w = self.world.lock();
         match w.infra.get(&self.object).and_then(|i| i.lock.clone()) {
@@ -70,6 +85,10 @@ fn summary(from: &BTreeMap<String, String>, to: &BTreeMap<String, String>) -> Pl
 impl RunnerSession for FakeSession {
     fn binary(&self) -> String {
         "fake-terraform 1.0.0".into()
+    }
+
+    fn runner(&self) -> String {
+        super::runner_ref(self.session)
     }
 
     async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {
@@ -185,18 +204,25 @@ impl RunnerSession for FakeSession {
         })
     }
 
-    async fn apply(&mut self) -> Result<(), PortError> {
-        self.call(FakeOp::Apply)?;
-        self.locked()?;
-        let planned = self
-            .planned
-            .take()
-            .ok_or_else(|| PortError::Terraform("Error: no saved plan to apply".into()))?;
-        let mut w = self.world.lock();
-        let infra = w.infra.entry(self.object.clone()).or_default();
-        infra.real = planned.clone();
-        infra.state = planned;
-        Ok(())
+    async fn apply(&mut self, run_id: &str) -> Result<(), PortError> {
+        // A run id the runner knows is never run again: its result is returned.
+        if let Some(done) = self.world.lock().runs.get(run_id).cloned() {
+            return done;
+        }
+        let result = self.apply_now().await;
+        self.world
+            .lock()
+            .runs
+            .insert(run_id.to_string(), result.clone());
+        result
+    }
+
+    async fn attach(&mut self, run_id: &str) -> Result<(), PortError> {
+        self.call(FakeOp::Attach)?;
+        match self.world.lock().runs.get(run_id).cloned() {
+            Some(done) => done,
+            None => Err(PortError::NotFound(format!("no run {run_id}"))),
+        }
     }
 
     async fn outputs(&mut self) -> Result<BTreeMap<String, OutputValue>, PortError> {

@@ -174,11 +174,27 @@ impl RunnerPort for LocalRunner {
         );
         let session = Session::start(client, &prefix)
             .await
-            .map_err(|e| PortError::Unavailable(e.to_string()))?;
+            .map_err(|e| PortError::Unavailable(e.to_string()))?
+            .named(&self.endpoint);
         Ok(Box::new(Narrated {
             inner: session,
             printer: self.printer.clone(),
         }))
+    }
+
+    /// Only this command's own runner can be attached to: a runner of an earlier `tfops`
+    /// process stopped with it (and its commands with it).
+    async fn attach(
+        &self,
+        object: &TerraformObject,
+        runner: &str,
+    ) -> Result<Box<dyn RunnerSession>, PortError> {
+        if runner != self.endpoint {
+            return Err(PortError::NotFound(format!(
+                "runner {runner} belonged to an earlier tfops command and stopped with it"
+            )));
+        }
+        self.start(object).await
     }
 }
 
@@ -240,9 +256,17 @@ impl RunnerSession for Narrated {
     async fn show(&mut self) -> Result<ShownPlan, PortError> {
         self.inner.show().await
     }
-    async fn apply(&mut self) -> Result<(), PortError> {
+    fn runner(&self) -> String {
+        self.inner.runner()
+    }
+    async fn apply(&mut self, run_id: &str) -> Result<(), PortError> {
         let (inner, printer) = (&mut self.inner, self.printer.clone());
-        Narrated::step_on(printer, "apply", inner.apply(), |_| String::new()).await
+        Narrated::step_on(printer, "apply", inner.apply(run_id), |_| String::new()).await
+    }
+    async fn attach(&mut self, run_id: &str) -> Result<(), PortError> {
+        let (inner, printer) = (&mut self.inner, self.printer.clone());
+        let what = format!("attach to the interrupted apply {run_id}");
+        Narrated::step_on(printer, &what, inner.attach(run_id), |_| "applied".into()).await
     }
     async fn outputs(
         &mut self,

@@ -1,7 +1,16 @@
 //! Shared by the runner's tests: the real terraform binary and small configurations.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tfops_core::api::{ObjectMeta, TerraformObject};
+use tfops_core::ports::Artifact;
+use tfops_runner::client::{ClientTls, RunnerClient, ServerTls, Session, serve};
+use tfops_runner::server::{RunnerConfig, RunnerService};
+use tfops_runner::tls::{Pki, runner_server_name};
 
 /// The terraform the tests run: `TFOPS_TERRAFORM`, else `terraform` on `PATH`. The tests need
 /// a real one; `scripts/install-terraform` provides it (scripts/test exports it).
@@ -69,4 +78,103 @@ pub fn upstream_state(color: &str, serial: u32) -> String {
 pub fn write_config(dir: &Path, extra: &str) {
     std::fs::write(dir.join("main.tf"), format!("{CONFIG}\n{extra}")).unwrap();
     std::fs::write(dir.join("upstream.tfstate"), upstream_state("blue", 1)).unwrap();
+}
+
+/// A day.
+pub const DAY: Duration = Duration::from_secs(86_400);
+
+/// A CA valid 30 days, rotating 7 days ahead.
+pub fn pki() -> Pki {
+    Pki::new(SystemTime::now(), 30 * DAY, 7 * DAY, 3 * DAY).unwrap()
+}
+
+/// A runner server on 127.0.0.1, port 0, stopped when dropped.
+pub struct Runner {
+    pub addr: SocketAddr,
+    _dir: tempfile::TempDir,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+pub async fn start_runner(tls: ServerTls) -> Runner {
+    let dir = tempfile::tempdir().unwrap();
+    let config = RunnerConfig {
+        program: terraform(),
+        binary: "terraform".into(),
+        workdir_root: dir.path().join("work"),
+        home: dir.path().join("home"),
+        grace: Duration::from_secs(10),
+        max_log_lines: 10_000,
+    };
+    std::fs::create_dir_all(&config.workdir_root).unwrap();
+    std::fs::create_dir_all(&config.home).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let service = RunnerService::new(config);
+    tokio::spawn(async move {
+        serve(listener, service, &tls, 64 << 20, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    Runner {
+        addr,
+        _dir: dir,
+        _stop: stop,
+    }
+}
+
+pub fn server_tls(pki: &Pki, ns: &str) -> ServerTls {
+    let s = pki.runner_secret(ns, SystemTime::now()).unwrap();
+    ServerTls {
+        cert: s.tls_crt,
+        key: s.tls_key,
+        client_ca_bundle: s.ca_crt,
+    }
+}
+
+pub fn client_tls(pki: &Pki, ns: &str) -> ClientTls {
+    let c = pki.client(SystemTime::now()).unwrap();
+    ClientTls {
+        ca_bundle: pki.trust_bundle(),
+        cert: c.cert,
+        key: c.key,
+        server_name: runner_server_name(ns),
+    }
+}
+
+pub fn object(config_dir: &str) -> TerraformObject {
+    let spec = serde_json::from_value(serde_json::json!({
+        "sourceRef": {"kind": "Local", "url": "."},
+        "path": config_dir,
+        "backendConfig": {"customConfiguration": "terraform {\n  backend \"local\" {\n    path = \"terraform.tfstate\"\n  }\n}\n"},
+    }))
+    .unwrap();
+    TerraformObject {
+        metadata: ObjectMeta {
+            name: "vpc".into(),
+            namespace: "team-a".into(),
+            generation: 1,
+            ..Default::default()
+        },
+        spec,
+        status: Default::default(),
+    }
+}
+
+pub fn artifact(tree: &std::path::Path) -> Artifact {
+    let mut data = Vec::new();
+    let summary = tfops_core::source::build_archive(tree, None, &mut data).unwrap();
+    Artifact {
+        sha256: summary.sha256,
+        data: Arc::new(data),
+    }
+}
+
+pub async fn session(addr: SocketAddr, pki: &Pki, prefix: &str) -> Session {
+    let client = RunnerClient::connect(&format!("https://{addr}"), &client_tls(pki, "team-a"))
+        .await
+        .unwrap();
+    Session::start(client, prefix).await.unwrap()
 }

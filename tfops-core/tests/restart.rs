@@ -1,0 +1,156 @@
+//! A run survives a restart of whoever drives it: the apply is recorded in status before it
+//! starts, and the next driver attaches to it instead of applying again.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use common::*;
+use serde_json::json;
+use tfops_core::api::{ObjectKey, TerraformStatus};
+use tfops_core::conditions::{ConditionStatus::*, ConditionType};
+use tfops_core::ports::{ObjectWriter, PortError};
+use tfops_core::reconcile::Driver;
+use tfops_core::testing::{FakeOp, FakeWorld};
+
+/// The object writer of a driver that dies right after its apply: the first status write
+/// that follows an apply fails, and so does every later one.
+struct DiesAfterApply {
+    inner: Arc<dyn ObjectWriter>,
+    world: FakeWorld,
+}
+
+#[async_trait]
+impl ObjectWriter for DiesAfterApply {
+    async fn write_status(&self, o: &ObjectKey, status: &TerraformStatus) -> Result<(), PortError> {
+        if self.world.applies(o) > 0 {
+            return Err(PortError::Unavailable("the controller was killed".into()));
+        }
+        self.inner.write_status(o, status).await
+    }
+    async fn add_finalizer(&self, o: &ObjectKey) -> Result<(), PortError> {
+        self.inner.add_finalizer(o).await
+    }
+    async fn remove_finalizer(&self, o: &ObjectKey) -> Result<(), PortError> {
+        self.inner.remove_finalizer(o).await
+    }
+}
+
+/// Reconciles `key` with a driver that dies after its apply; returns the status it left.
+async fn apply_and_die(w: &FakeWorld, key: &ObjectKey) -> TerraformStatus {
+    let mut ports = w.ports();
+    ports.objects = Arc::new(DiesAfterApply {
+        inner: ports.objects.clone(),
+        world: w.clone(),
+    });
+    let object = w.object(key).unwrap();
+    let (deps, dependants) = w.relations(&object);
+    let died = Driver::new(ports).reconcile(object, deps, dependants).await;
+    assert!(died.is_err(), "the first driver stopped");
+    assert_eq!(w.applies(key), 1, "it applied");
+    w.object(key).unwrap().status
+}
+
+#[tokio::test]
+async fn a_new_driver_attaches_to_the_recorded_apply_and_never_applies_again() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    let left = apply_and_die(&w, &key).await;
+    let active = left
+        .active_run
+        .expect("the apply was recorded before it started");
+    assert_eq!(active.step, "Apply");
+    assert_eq!(active.plan_id, "plan-main-1111111111");
+    assert_eq!(active.plan_digest.len(), 64);
+    assert!(
+        left.last_applied_revision.is_none(),
+        "its result was not recorded"
+    );
+
+    let report = reconcile(&w, &key).await;
+    assert_eq!(w.applies(&key), 1, "applied once");
+    assert_eq!(w.calls_of(&key, FakeOp::Plan), 1, "nothing planned again");
+    assert_eq!(w.calls_of(&key, FakeOp::Attach), 1);
+    let steps: Vec<_> = report.records.iter().map(|r| r.step).collect();
+    assert!(
+        !steps.contains(&tfops_core::reconcile::StepKind::StartRunner),
+        "{steps:?}"
+    );
+    let o = w.object(&key).unwrap();
+    let (status, reason, message) = ready(&w, &key);
+    assert_eq!((status, reason.as_str()), (True, "TerraformAppliedSucceed"));
+    assert!(message.contains("attached to run"), "{message}");
+    assert!(o.status.active_run.is_none());
+    assert_eq!(o.status.plan.last_applied, "plan-main-1111111111");
+    assert_eq!(
+        o.status.available_outputs.len(),
+        2,
+        "outputs read on the attached runner"
+    );
+
+    w.advance(std::time::Duration::from_secs(601));
+    reconcile(&w, &key).await;
+    assert_eq!(ready(&w, &key).1, "NoDrift");
+}
+
+#[tokio::test]
+async fn a_recorded_apply_whose_runner_is_gone_is_reported_and_planned_again_from_the_state() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    apply_and_die(&w, &key).await;
+    w.lose_runners();
+    reconcile(&w, &key).await;
+    assert_eq!(
+        w.applies(&key),
+        1,
+        "the state shows it was applied: nothing to do"
+    );
+    let (status, reason, _) = ready(&w, &key);
+    assert_eq!(
+        (status, reason.as_str()),
+        (True, "TerraformPlannedNoChanges")
+    );
+    let apply = condition(&w, &key, ConditionType::Apply).unwrap();
+    assert_eq!(apply.0, Unknown);
+    assert!(apply.2.contains("its result is unknown"), "{}", apply.2);
+    let events: Vec<String> = w
+        .lock()
+        .events
+        .iter()
+        .map(|(_, e)| e.message.clone())
+        .collect();
+    assert!(
+        events.iter().any(|m| m.contains("was interrupted")),
+        "an event says what happened: {events:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_runner_keeps_the_record_and_the_retry_attaches() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    apply_and_die(&w, &key).await;
+    w.fail_next(
+        FakeOp::Attach,
+        PortError::Unavailable("connection refused".into()),
+    );
+    reconcile(&w, &key).await;
+    let (status, reason, _) = ready(&w, &key);
+    assert_eq!((status, reason.as_str()), (False, "RunnerConnectionFailed"));
+    assert!(
+        w.object(&key).unwrap().status.active_run.is_some(),
+        "kept to attach again"
+    );
+    assert_eq!(
+        w.calls_of(&key, FakeOp::Plan),
+        1,
+        "no new plan while the apply may run"
+    );
+
+    w.advance(std::time::Duration::from_secs(16));
+    reconcile(&w, &key).await;
+    assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+    assert_eq!(w.applies(&key), 1);
+}
