@@ -253,8 +253,9 @@ impl std::fmt::Display for PlanSummary {
     }
 }
 
-/// The result of a plan.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The result of a plan. Its `Debug` shows the plan file's size, never its bytes (they hold
+/// variable and resource values).
+#[derive(Clone, PartialEq, Eq)]
 pub struct PlanResult {
     /// Whether applying it would change anything.
     pub has_changes: bool,
@@ -266,13 +267,36 @@ pub struct PlanResult {
     pub plan_file: Vec<u8>,
 }
 
-/// A plan rendered for humans and machines.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+impl std::fmt::Debug for PlanResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanResult")
+            .field("has_changes", &self.has_changes)
+            .field("summary", &self.summary)
+            .field("drifted", &self.drifted)
+            .field(
+                "plan_file",
+                &format_args!("<{} bytes>", self.plan_file.len()),
+            )
+            .finish()
+    }
+}
+
+/// A plan rendered for humans and machines. Its `Debug` shows sizes only.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct ShownPlan {
     /// `terraform show` text.
     pub readable: String,
     /// `terraform show -json`.
     pub json: String,
+}
+
+impl std::fmt::Debug for ShownPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShownPlan")
+            .field("readable", &format_args!("<{} bytes>", self.readable.len()))
+            .field("json", &format_args!("<{} bytes>", self.json.len()))
+            .finish()
+    }
 }
 
 /// One output's value.
@@ -336,8 +360,8 @@ pub trait RunnerSession: Send {
     async fn cleanup(&mut self) -> Result<(), PortError>;
 }
 
-/// A plan kept for approval.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A plan kept for approval. Its `Debug` shows sizes, never the plan.
+#[derive(Clone, PartialEq, Eq)]
 pub struct StoredPlan {
     /// The plan id.
     pub id: String,
@@ -349,6 +373,18 @@ pub struct StoredPlan {
     pub is_destroy: bool,
     /// Made to correct drift.
     pub is_drift: bool,
+}
+
+impl std::fmt::Debug for StoredPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredPlan")
+            .field("id", &self.id)
+            .field("binary", &format_args!("<{} bytes>", self.binary.len()))
+            .field("shown", &self.shown)
+            .field("is_destroy", &self.is_destroy)
+            .field("is_drift", &self.is_drift)
+            .finish()
+    }
 }
 
 /// Stores plans (`tfplan-<workspace>-<name>` Secret + `-readable` ConfigMap in a cluster).
@@ -523,4 +559,38 @@ pub struct Ports {
     pub clock: Arc<dyn Clock>,
     /// Plan policies.
     pub policies: Arc<dyn PolicySource>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_of_plans_shows_sizes_never_content() {
+        let shown = ShownPlan {
+            readable: "password = hunter2".into(),
+            json: r#"{"password":"hunter2"}"#.into(),
+        };
+        let stored = StoredPlan {
+            id: "plan-main-1".into(),
+            binary: b"PK hunter2".to_vec(),
+            shown: shown.clone(),
+            is_destroy: false,
+            is_drift: false,
+        };
+        let result = PlanResult {
+            has_changes: true,
+            summary: PlanSummary::default(),
+            drifted: vec![],
+            plan_file: b"PK hunter2".to_vec(),
+        };
+        for text in [
+            format!("{shown:?}"),
+            format!("{stored:?}"),
+            format!("{result:?}"),
+        ] {
+            assert!(!text.contains("hunter2"), "{text}");
+            assert!(text.contains("bytes>"), "{text}");
+        }
+    }
 }

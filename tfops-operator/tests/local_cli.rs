@@ -230,6 +230,20 @@ fn bad_input_gets_a_clear_message() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // A TFOPS_TERRAFORM that names nothing is said plainly, with the path looked at.
+    let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
+        .args(["local", "apply", "-f", "terraform.yaml"])
+        .current_dir(p.path())
+        .env("TFOPS_TERRAFORM", "/nonexistent/terraform")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("TFOPS_TERRAFORM is /nonexistent/terraform"),
+        "{stderr}"
+    );
 }
 
 #[test]

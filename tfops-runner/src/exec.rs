@@ -28,7 +28,7 @@ pub struct Exit {
     pub cancelled: bool,
     /// Standard output, when captured.
     pub stdout: String,
-    /// Standard error (always captured: it holds Terraform's diagnostics).
+    /// The end of standard error ([`STDERR_TAIL`]): it holds Terraform's diagnostics.
     pub stderr: String,
 }
 
@@ -72,24 +72,66 @@ pub enum ExecError {
     },
 }
 
+/// How much of standard error is kept for the diagnostic and lock parsing: its last
+/// 256 KiB. Everything is streamed to the log; a Terraform that prints megabytes of warnings
+/// does not make the runner hold them (its error is at the end).
+pub const STDERR_TAIL: usize = 256 << 10;
+
+/// What [`pump`] keeps of a stream besides sending its lines to the log.
+#[derive(Clone, Copy)]
+enum Keep {
+    /// Nothing.
+    Nothing,
+    /// Every line (JSON results, read whole).
+    All,
+    /// The last lines, at most this many bytes.
+    Tail(usize),
+}
+
 async fn pump<R: AsyncRead + Unpin>(
     reader: R,
     stream: Stream,
     log: Option<mpsc::UnboundedSender<(Stream, String)>>,
-    keep: bool,
+    keep: Keep,
 ) -> String {
     let mut lines = BufReader::new(reader).lines();
-    let mut kept = String::new();
+    let mut kept = std::collections::VecDeque::<String>::new();
+    let mut kept_bytes = 0usize;
+    let mut cut = false;
     while let Ok(Some(line)) = lines.next_line().await {
         if let Some(log) = &log {
             let _ = log.send((stream, line.clone()));
         }
-        if keep {
-            kept.push_str(&line);
-            kept.push('\n');
+        match keep {
+            Keep::Nothing => {}
+            Keep::All => {
+                kept_bytes += line.len() + 1;
+                kept.push_back(line);
+            }
+            Keep::Tail(limit) => {
+                kept_bytes += line.len() + 1;
+                kept.push_back(line);
+                while kept_bytes > limit {
+                    match kept.pop_front() {
+                        Some(old) => {
+                            kept_bytes -= old.len() + 1;
+                            cut = true;
+                        }
+                        None => break,
+                    }
+                }
+            }
         }
     }
-    kept
+    let mut out = String::with_capacity(kept_bytes + 32);
+    if cut {
+        out.push_str("(earlier output cut)\n");
+    }
+    for line in kept {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Runs `inv` to completion, sending its lines to `log`. When `cancel` turns true the process
@@ -120,15 +162,20 @@ pub async fn run(
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let out_log = inv.log_stdout.then(|| log.clone());
+    let out_keep = if inv.capture_stdout {
+        Keep::All
+    } else {
+        Keep::Nothing
+    };
     let out_task = tokio::spawn(async move {
         match stdout {
-            Some(s) => pump(s, Stream::Stdout, out_log, true).await,
+            Some(s) => pump(s, Stream::Stdout, out_log, out_keep).await,
             None => String::new(),
         }
     });
     let err_task = tokio::spawn(async move {
         match stderr {
-            Some(s) => pump(s, Stream::Stderr, Some(log), true).await,
+            Some(s) => pump(s, Stream::Stderr, Some(log), Keep::Tail(STDERR_TAIL)).await,
             None => String::new(),
         }
     });
@@ -153,11 +200,7 @@ pub async fn run(
     Ok(Exit {
         code: status.code().unwrap_or(-1),
         cancelled,
-        stdout: if inv.capture_stdout {
-            stdout
-        } else {
-            String::new()
-        },
+        stdout,
         stderr,
     })
 }
@@ -201,4 +244,39 @@ pub fn diagnostic(stderr: &str) -> String {
         .find("Error:")
         .map_or(0, |i| stderr[..i].rfind('\n').map_or(0, |n| n + 1));
     tfops_core::reconcile::trim_message(stderr[start..].trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_long_stderr_keeps_its_end_and_streams_everything() {
+        let text: String = (0..20_000).map(|i| format!("warning line {i}\n")).collect();
+        let text = format!("{text}Error: the real problem\n");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let kept = pump(text.as_bytes(), Stream::Stderr, Some(tx), Keep::Tail(4096)).await;
+        assert!(kept.len() <= 4096 + 32, "{}", kept.len());
+        assert!(kept.starts_with("(earlier output cut)\n"));
+        assert!(kept.ends_with("Error: the real problem\n"));
+        assert_eq!(diagnostic(&kept), "Error: the real problem");
+        let mut streamed = 0;
+        while rx.try_recv().is_ok() {
+            streamed += 1;
+        }
+        assert_eq!(streamed, 20_001, "every line reaches the log");
+    }
+
+    #[tokio::test]
+    async fn captured_output_is_kept_whole_and_uncaptured_output_not_at_all() {
+        let text = "{\n\"a\": 1\n}\n";
+        assert_eq!(
+            pump(text.as_bytes(), Stream::Stdout, None, Keep::All).await,
+            text
+        );
+        assert_eq!(
+            pump(text.as_bytes(), Stream::Stdout, None, Keep::Nothing).await,
+            ""
+        );
+    }
 }

