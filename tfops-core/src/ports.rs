@@ -322,7 +322,8 @@ impl std::fmt::Debug for OutputValue {
 /// `apply` applies the plan made by the last `plan` of this session.
 #[async_trait]
 pub trait RunnerSession: Send {
-    /// The binary and version that runs (`tofu 1.10.6`).
+    /// The binary and version that runs (`tofu 1.10.6`); known after [`RunnerSession::init`]
+    /// at the latest.
     fn binary(&self) -> String;
     /// How to reach this runner again (a Pod, an address) for [`RunnerPort::attach`]; empty
     /// when it cannot be reached from another session.

@@ -154,3 +154,30 @@ async fn an_unreachable_runner_keeps_the_record_and_the_retry_attaches() {
     assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
     assert_eq!(w.applies(&key), 1);
 }
+
+#[tokio::test]
+async fn force_unlock_auto_never_breaks_a_lock_of_this_objects_own_runner() {
+    let w = world();
+    let key = w.create(object(
+        "vpc",
+        json!({"approvePlan": "auto", "tfstate": {"forceUnlock": "auto"}}),
+    ));
+    // Held by the runner Pod of this very object: perhaps an apply still running.
+    w.lock_state(&key, "lock-7", "runner@vpc-tf-runner");
+    reconcile(&w, &key).await;
+    assert_eq!(
+        w.calls_of(&key, FakeOp::Unlock),
+        0,
+        "not broken automatically"
+    );
+    let (status, reason, _) = ready(&w, &key);
+    assert_eq!((status, reason.as_str()), (False, "LockHeld"));
+    assert_eq!(w.object(&key).unwrap().status.lock.pending, "lock-7");
+
+    // Someone else's stale lock is released as asked.
+    w.lock_state(&key, "lock-8", "runner@other-host");
+    w.advance(std::time::Duration::from_secs(16));
+    reconcile(&w, &key).await;
+    assert_eq!(w.calls_of(&key, FakeOp::Unlock), 1);
+    assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+}

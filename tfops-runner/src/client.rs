@@ -23,6 +23,39 @@ use crate::server::RunnerService;
 /// plan files travel in one message.
 pub const DEFAULT_MAX_MESSAGE: usize = 128 << 20;
 
+/// How the controller talks to runners (the manager's flags set it).
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// How long connecting may take.
+    pub connect_timeout: std::time::Duration,
+    /// HTTP/2 keepalive pings this often, so a dead runner is noticed during a long apply.
+    pub keepalive_interval: std::time::Duration,
+    /// How long a keepalive ping may go unanswered before the connection counts as broken.
+    pub keepalive_timeout: std::time::Duration,
+    /// The longest one command may run; past it the command is cancelled and fails.
+    pub command_deadline: std::time::Duration,
+    /// The largest message either way (`--grpc-max-message-size`; plan files travel in one).
+    pub max_message: usize,
+    /// How often a broken stream is followed by re-attaching to the run before it fails.
+    pub reattach_attempts: u32,
+    /// The wait before the first re-attach, doubled for each next one.
+    pub reattach_backoff: std::time::Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: std::time::Duration::from_secs(10),
+            keepalive_interval: std::time::Duration::from_secs(20),
+            keepalive_timeout: std::time::Duration::from_secs(10),
+            command_deadline: std::time::Duration::from_secs(6 * 3600),
+            max_message: DEFAULT_MAX_MESSAGE,
+            reattach_attempts: 4,
+            reattach_backoff: std::time::Duration::from_millis(500),
+        }
+    }
+}
+
 /// The controller's TLS material for one runner.
 #[derive(Clone)]
 pub struct ClientTls {
@@ -104,6 +137,7 @@ pub async fn serve(
 #[derive(Clone)]
 pub struct RunnerClient {
     rpc: runner_client::RunnerClient<Channel>,
+    config: ClientConfig,
 }
 
 fn call(name: &'static str) -> impl FnOnce(tonic::Status) -> ClientError {
@@ -111,30 +145,48 @@ fn call(name: &'static str) -> impl FnOnce(tonic::Status) -> ClientError {
 }
 
 impl RunnerClient {
-    /// Connects to `endpoint` (`https://10.0.0.7:30000`) with mutual TLS.
+    /// Connects to `endpoint` (`https://10.0.0.7:30000`) with mutual TLS and the default
+    /// [`ClientConfig`].
     ///
     /// # Errors
     /// [`ClientError::Connect`].
     pub async fn connect(endpoint: &str, tls: &ClientTls) -> Result<Self, ClientError> {
+        Self::connect_with(endpoint, tls, ClientConfig::default()).await
+    }
+
+    /// Connects to `endpoint` with mutual TLS and `config`.
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`].
+    pub async fn connect_with(
+        endpoint: &str,
+        tls: &ClientTls,
+        config: ClientConfig,
+    ) -> Result<Self, ClientError> {
         let err = |source| ClientError::Connect {
             endpoint: endpoint.to_string(),
             source,
         };
-        let config = ClientTlsConfig::new()
+        let tls_config = ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(&tls.ca_bundle))
             .identity(Identity::from_pem(&tls.cert, &tls.key))
             .domain_name(tls.server_name.clone());
         let channel = Endpoint::from_shared(endpoint.to_string())
             .map_err(err)?
-            .tls_config(config)
+            .tls_config(tls_config)
             .map_err(err)?
+            .connect_timeout(config.connect_timeout)
+            .http2_keep_alive_interval(config.keepalive_interval)
+            .keep_alive_timeout(config.keepalive_timeout)
+            .keep_alive_while_idle(true)
             .connect()
             .await
             .map_err(err)?;
         Ok(Self {
             rpc: runner_client::RunnerClient::new(channel)
-                .max_decoding_message_size(DEFAULT_MAX_MESSAGE)
-                .max_encoding_message_size(DEFAULT_MAX_MESSAGE),
+                .max_decoding_message_size(config.max_message)
+                .max_encoding_message_size(config.max_message),
+            config,
         })
     }
 
@@ -269,6 +321,19 @@ impl RunnerClient {
     }
 }
 
+/// Whether `e` is a stream or connection that broke (the runner may still be running the
+/// command), not an answer of the runner.
+fn broken(e: &ClientError) -> bool {
+    match e {
+        ClientError::NoResult(_) => true,
+        ClientError::Call { status, .. } => matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal
+        ),
+        ClientError::Connect { .. } => false,
+    }
+}
+
 fn port_error(e: ClientError) -> PortError {
     match e {
         ClientError::Call { status, .. } if status.code() == tonic::Code::NotFound => {
@@ -359,15 +424,16 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session on `client`, naming runs `<prefix>-<n>`.
+    /// A session on `client`, naming runs `<prefix>-<n>`. The binary and its version are
+    /// asked after `init` (the runner finds them out meanwhile); [`RunnerSession::binary`] is
+    /// empty before.
     ///
     /// # Errors
-    /// [`ClientError`] from the Info call.
-    pub async fn start(mut client: RunnerClient, prefix: &str) -> Result<Self, ClientError> {
-        let (binary, version) = client.info().await?;
+    /// None yet; kept fallible for the connection checks a session may make.
+    pub async fn start(client: RunnerClient, prefix: &str) -> Result<Self, ClientError> {
         Ok(Self {
             client,
-            binary: format!("{binary} {version}"),
+            binary: String::new(),
             runner: String::new(),
             prefix: prefix.to_string(),
             next: 0,
@@ -393,18 +459,51 @@ impl Session {
         self.run_as(&id, Some(command)).await
     }
 
-    /// Runs `command` as `id` (or, without a command, attaches to the run `id`).
+    /// Runs `command` as `id` (or, without a command, attaches to the run `id`). A stream
+    /// that breaks is followed by re-attaching to `id` (the command goes on in the runner)
+    /// before a failure is declared; a command past its deadline is cancelled.
     async fn run_as(
         &mut self,
         id: &str,
         command: Option<Command>,
     ) -> Result<proto::RunResult, PortError> {
-        let on_line = &mut self.on_line;
-        let result = self
-            .client
-            .run(id, command, |l| on_line(l))
-            .await
-            .map_err(port_error)?;
+        let config = self.client.config.clone();
+        let attempt = async {
+            let original = command.clone();
+            let mut command = command;
+            let mut wait = config.reattach_backoff;
+            let mut left = config.reattach_attempts;
+            loop {
+                let on_line = &mut self.on_line;
+                let reattaching = command.is_none() && original.is_some();
+                match self.client.run(id, command.take(), |l| on_line(l)).await {
+                    Err(e) if broken(&e) && left > 0 => {
+                        left -= 1;
+                        tokio::time::sleep(wait).await;
+                        wait = wait.saturating_mul(2);
+                    }
+                    // The runner never registered the run (the stream broke before): it did
+                    // not start, so starting it now runs it once.
+                    Err(ClientError::Call { status, .. })
+                        if reattaching && status.code() == tonic::Code::NotFound && left > 0 =>
+                    {
+                        left -= 1;
+                        command = original.clone();
+                    }
+                    other => return other,
+                }
+            }
+        };
+        let result = match tokio::time::timeout(config.command_deadline, attempt).await {
+            Ok(r) => r.map_err(port_error)?,
+            Err(_) => {
+                let _ = self.client.cancel(id).await;
+                return Err(PortError::Unavailable(format!(
+                    "run {id} took longer than its deadline ({} s) and was cancelled",
+                    config.command_deadline.as_secs()
+                )));
+            }
+        };
         match result_error(&result) {
             Some(e) => Err(e),
             None => Ok(result),
@@ -435,7 +534,10 @@ impl RunnerSession for Session {
     }
 
     async fn init(&mut self) -> Result<(), PortError> {
-        self.command(Command::Init(proto::Init {})).await.map(drop)
+        self.command(Command::Init(proto::Init {})).await?;
+        let (binary, version) = self.client.info().await.map_err(port_error)?;
+        self.binary = format!("{binary} {version}");
+        Ok(())
     }
 
     async fn select_workspace(&mut self, workspace: &str) -> Result<(), PortError> {

@@ -140,6 +140,7 @@ pub async fn run(args: Args) -> Result<(), ProcessError> {
         grace: args.grace,
         max_log_lines: 50_000,
     });
+    service.prefetch_version();
     let listener = tokio::net::TcpListener::bind((args.listen.as_str(), args.port))
         .await
         .map_err(|source| ProcessError::Bind {

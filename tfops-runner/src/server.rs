@@ -99,6 +99,10 @@ pub struct RunnerService {
     config: Arc<RunnerConfig>,
     state: Arc<Mutex<State>>,
     runs: Arc<Mutex<HashMap<String, Arc<RunEntry>>>>,
+    /// The last plan's `show -json` (see [`execute`]).
+    shown: Arc<Mutex<Option<String>>>,
+    /// The binary's version, asked once: it does not change while the runner lives.
+    version: Arc<tokio::sync::OnceCell<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -114,7 +118,36 @@ impl RunnerService {
             config: Arc::new(config),
             state: Arc::new(Mutex::new(State::default())),
             runs: Arc::new(Mutex::new(HashMap::new())),
+            shown: Arc::new(Mutex::new(None)),
+            version: Arc::new(tokio::sync::OnceCell::new()),
         }
+    }
+
+    /// Starts asking the binary for its version in the background (call once at startup,
+    /// inside the runtime): `terraform version` costs a process start, which then overlaps
+    /// with the upload and `init` instead of delaying them.
+    pub fn prefetch_version(&self) {
+        let service = self.clone();
+        tokio::spawn(async move {
+            let _ = service.binary_version().await;
+        });
+    }
+
+    async fn binary_version(&self) -> Result<String, TfError> {
+        self.version
+            .get_or_try_init(|| async {
+                let tf = Terraform {
+                    program: self.config.program.clone(),
+                    dir: self.config.workdir_root.clone(),
+                    env: BTreeMap::new(),
+                    grace: self.config.grace,
+                };
+                let (log, _) = mpsc::unbounded_channel();
+                let (_cancel_tx, cancel) = watch::channel(false);
+                tf.version(&Io { log, cancel }).await
+            })
+            .await
+            .cloned()
     }
 
     /// Cancels every running command (shutdown): each gets SIGTERM, then SIGKILL.
@@ -169,6 +202,7 @@ impl RunnerService {
         });
         runs.insert(run_id, entry.clone());
         let terraform = lock(&self.state).terraform.clone();
+        let shown = self.shown.clone();
         let max_lines = self.config.max_log_lines;
         let task_entry = entry.clone();
         tokio::spawn(async move {
@@ -196,7 +230,7 @@ impl RunnerService {
                 cancel: cancel_rx,
             };
             let result = match terraform {
-                Some(tf) => execute(&tf, command, &io).await,
+                Some(tf) => execute(&tf, command, &io, &shown).await,
                 None => failed("the runner is not set up: call Setup first".into()),
             };
             drop(io);
@@ -259,7 +293,14 @@ fn succeeded(payload: Option<proto::run_result::Payload>) -> proto::RunResult {
     }
 }
 
-async fn execute(tf: &Terraform, command: Command, io: &Io) -> proto::RunResult {
+/// Runs one command. `shown` keeps the last plan's `show -json`, so that showing that plan
+/// does not run `show -json` a second time.
+async fn execute(
+    tf: &Terraform,
+    command: Command,
+    io: &Io,
+    shown: &Mutex<Option<String>>,
+) -> proto::RunResult {
     use proto::run_result::Payload;
     let outcome: Result<Option<Payload>, TfError> = async {
         Ok(match command {
@@ -275,10 +316,17 @@ async fn execute(tf: &Terraform, command: Command, io: &Io) -> proto::RunResult 
                     proto::plan::Kind::Destroy => PlanKind::Destroy,
                     proto::plan::Kind::RefreshOnly => PlanKind::RefreshOnly,
                 };
+                *lock(shown) = None;
                 let o = tf.plan(kind, &p.targets, p.parallelism, io).await?;
-                let plan_file = tokio::fs::read(tf.dir.join(crate::terraform::PLAN_FILE))
-                    .await
-                    .unwrap_or_default();
+                // A plan that cannot be read back is a failure, never an empty plan.
+                let path = tf.dir.join(crate::terraform::PLAN_FILE);
+                let plan_file = tokio::fs::read(&path).await.map_err(|e| TfError::Failed {
+                    code: 1,
+                    diagnostic: format!("reading the saved plan {}: {e}", path.display()),
+                })?;
+                if !o.json.is_empty() {
+                    *lock(shown) = Some(o.json.clone());
+                }
                 Some(Payload::Plan(proto::PlanOutcome {
                     has_changes: o.has_changes,
                     add: o.add,
@@ -288,10 +336,17 @@ async fn execute(tf: &Terraform, command: Command, io: &Io) -> proto::RunResult 
                     plan_file,
                 }))
             }
-            Command::Show(_) => Some(Payload::Show(proto::ShowOutcome {
-                readable: tf.show_text(io).await?,
-                json: tf.show_json(io).await?,
-            })),
+            Command::Show(_) => {
+                let cached = lock(shown).clone();
+                let json = match cached {
+                    Some(json) => json,
+                    None => tf.show_json(io).await?,
+                };
+                Some(Payload::Show(proto::ShowOutcome {
+                    readable: tf.show_text(io).await?,
+                    json,
+                }))
+            }
             Command::Apply(_) => tf.apply(io).await.map(|()| None)?,
             Command::Output(_) => {
                 let outputs = tf.outputs(io).await?;
@@ -344,16 +399,8 @@ impl Runner for RunnerService {
         &self,
         _: Request<proto::InfoRequest>,
     ) -> Result<Response<proto::InfoReply>, Status> {
-        let tf = Terraform {
-            program: self.config.program.clone(),
-            dir: self.config.workdir_root.clone(),
-            env: BTreeMap::new(),
-            grace: self.config.grace,
-        };
-        let (log, _) = mpsc::unbounded_channel();
-        let (_cancel_tx, cancel) = watch::channel(false);
-        let version = tf
-            .version(&Io { log, cancel })
+        let version = self
+            .binary_version()
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
         Ok(Response::new(proto::InfoReply {
@@ -518,6 +565,7 @@ impl Runner for RunnerService {
             .filter(|f| f.location == proto::file_mapping::Location::Home as i32)
             .map(|f| layout.home_dir.join(&f.path))
             .collect();
+        *lock(&self.shown) = None;
         let mut state = lock(&self.state);
         state.terraform = Some(tf);
         state.layout = Some(layout.clone());

@@ -55,6 +55,8 @@ pub struct PlanOutcome {
     pub destroy: u32,
     /// Refresh-only plans: resources and outputs that drifted.
     pub drifted: Vec<String>,
+    /// `show -json` of the saved plan (read once, for the summary and for whoever shows it).
+    pub json: String,
 }
 
 /// The kinds of plan.
@@ -139,6 +141,13 @@ impl Terraform {
     /// # Errors
     /// [`TfError`].
     pub async fn select_workspace(&self, workspace: &str, io: &Io) -> Result<(), TfError> {
+        let selected = std::fs::read_to_string(self.dir.join(".terraform/environment"))
+            .unwrap_or_else(|_| "default".into());
+        if selected.trim() == workspace {
+            // Already the one (a fresh working directory is on `default`): two commands saved
+            // on every run, the common case.
+            return Ok(());
+        }
         let list = self
             .checked(&args(&["workspace", "list", "-no-color"]), io, true)
             .await?;
@@ -182,8 +191,14 @@ impl Terraform {
         if exit.code != 0 && exit.code != 2 {
             return Err(failure(&exit));
         }
+        if kind == PlanKind::RefreshOnly && exit.code == 0 {
+            // Nothing changed at all, so nothing drifted: the steady state needs no `show`.
+            // (Exit 2 can still mean no drift; the JSON below decides then.)
+            return Ok(PlanOutcome::default());
+        }
         let json = self.show_json(io).await?;
         let mut outcome = summarize(&json, kind)?;
+        outcome.json = json;
         outcome.has_changes = if kind == PlanKind::RefreshOnly {
             !outcome.drifted.is_empty()
         } else {

@@ -164,3 +164,87 @@ async fn a_driver_stopped_mid_apply_is_replaced_and_the_apply_happens_once() {
         report.records
     );
 }
+
+/// A TCP proxy on 127.0.0.1:0 to `to`; `cut()` breaks the connections open now (new ones are
+/// still forwarded), like a network blip or a restarted kube-proxy.
+struct Proxy {
+    addr: SocketAddr,
+    open: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    _accept: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(to: SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let open: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let tasks = open.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tasks.lock().unwrap().push(task);
+            }
+        });
+        Self {
+            addr,
+            open,
+            _accept: accept,
+        }
+    }
+
+    fn cut(&self) {
+        for task in self.open.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_breaks_mid_apply_is_re_attached_and_the_apply_counts_once() {
+    let pki = pki();
+    let runner = start_runner(server_tls(&pki, "team-a")).await;
+    let proxy = Proxy::start(runner.addr).await;
+    let tree = tempfile::tempdir().unwrap();
+    let marker = tree.path().join("marker");
+    std::fs::write(tree.path().join("main.tf"), slow_config(&marker)).unwrap();
+    let client = RunnerClient::connect_with(
+        &format!("https://{}", proxy.addr),
+        &client_tls(&pki, "team-a"),
+        tfops_runner::client::ClientConfig {
+            reattach_backoff: Duration::from_millis(100),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut s = Session::start(client, "blip").await.unwrap();
+    let request = tfops_core::ports::SetupRequest {
+        object: object(""),
+        artifact: artifact(tree.path()),
+        inputs: Default::default(),
+    };
+    s.setup(&request).await.unwrap();
+    s.init().await.unwrap();
+    let plan = tfops_core::ports::PlanRequest {
+        kind: tfops_core::ports::PlanKind::Normal,
+        targets: vec![],
+        parallelism: 0,
+    };
+    s.plan(&plan).await.unwrap();
+    let apply = tokio::spawn(async move { s.apply("apply-blip").await });
+    while !marker.exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.cut();
+    let result = apply.await.unwrap();
+    assert!(
+        result.is_ok(),
+        "re-attached and got the real result: {result:?}"
+    );
+    let applied = std::fs::read_to_string(&marker).unwrap();
+    assert_eq!(applied.lines().count(), 1, "{applied:?}");
+}

@@ -141,9 +141,13 @@ async fn a_whole_run_through_the_session_port() {
         },
     };
     let mut s = session(runner.addr, &pki, "vpc-1").await;
-    assert!(s.binary().starts_with("terraform 1."), "{}", s.binary());
     s.setup(&request).await.unwrap();
     s.init().await.unwrap();
+    assert!(
+        s.binary().starts_with("terraform 1."),
+        "known after init: {}",
+        s.binary()
+    );
     s.select_workspace("default").await.unwrap();
     let p = s.plan(&plan(ports::PlanKind::Normal)).await.unwrap();
     assert!(p.has_changes);

@@ -353,7 +353,11 @@ impl Driver {
                     .select_workspace(&spec.workspace)
                     .await
                     .map_err(fail(SubStep::Workspace))?;
-                Ok(Outcome::SetUp { inputs_digest })
+                let binary = session.binary();
+                Ok(Outcome::SetUp {
+                    inputs_digest,
+                    binary,
+                })
             }
             Step::ForceUnlock { lock_id } => {
                 let session = state

@@ -163,13 +163,26 @@ impl<'a> Run<'a> {
         }
         match self.need(Step::StartRunner) {
             Flow::Go((Outcome::RunnerStarted { binary, .. }, _)) => {
-                self.st.binary = Some(binary.clone())
+                if !binary.is_empty() {
+                    self.st.binary = Some(binary.clone());
+                }
             }
             Flow::Go(_) => return unexpected(StepKind::StartRunner),
             Flow::Stop(s) => return Flow::Stop(s),
         }
         let inputs_digest = match self.need(Step::Setup) {
-            Flow::Go((Outcome::SetUp { inputs_digest }, _)) => inputs_digest.as_str(),
+            Flow::Go((
+                Outcome::SetUp {
+                    inputs_digest,
+                    binary,
+                },
+                _,
+            )) => {
+                if !binary.is_empty() {
+                    self.st.binary = Some(binary.clone());
+                }
+                inputs_digest.as_str()
+            }
             Flow::Go(_) => return unexpected(StepKind::Setup),
             Flow::Stop(s) => return Flow::Stop(s),
         };
@@ -384,9 +397,16 @@ impl<'a> Run<'a> {
     }
 
     /// With `forceUnlock: auto`, a lock that stops a step is released once per run and the
-    /// step runs again.
+    /// step runs again, unless this object's own runner holds it (Terraform's lock says
+    /// `Who: <user>@<host>`, and a runner's host is its Pod, `<name>-tf-runner`): that run may
+    /// still be live (a driver that restarted, a Pod being replaced), and breaking its lock
+    /// would let two applies write one state. A human releases such a lock.
     fn auto_unlock(&self, failure: &StepFailure) -> Option<Decision> {
-        let (lock_id, _) = failure.lock.as_ref()?;
+        let (lock_id, holder) = failure.lock.as_ref()?;
+        let own = crate::naming::runner_pod_name(&self.s.object.metadata.name);
+        if holder.split('@').nth(1).is_some_and(|host| host == own) {
+            return None;
+        }
         let auto = self.s.object.spec.tfstate.force_unlock == ForceUnlock::Auto;
         let can = self.s.progress.succeeded(StepKind::Setup)
             && !self.s.progress.attempted(StepKind::ForceUnlock);

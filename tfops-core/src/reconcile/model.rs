@@ -205,7 +205,7 @@ pub enum Outcome {
     },
     /// The runner is up.
     RunnerStarted {
-        /// Binary and version.
+        /// Binary and version, if known yet (else [`Outcome::SetUp`] has them).
         binary: String,
         /// How to reach this runner again ([`crate::ports::RunnerSession::runner`]).
         runner: String,
@@ -214,6 +214,8 @@ pub enum Outcome {
     SetUp {
         /// [`crate::ports::ResolvedInputs::digest`] of the inputs it used.
         inputs_digest: String,
+        /// Binary and version that ran `init`.
+        binary: String,
     },
     /// The lock was released.
     Unlocked,

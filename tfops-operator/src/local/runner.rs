@@ -156,7 +156,7 @@ impl LocalRunner {
                     "it did not accept connections within 20 s".into(),
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         Ok(Self {
             child: tokio::sync::Mutex::new(child),
