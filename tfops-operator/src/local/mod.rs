@@ -137,6 +137,20 @@ pub enum Request {
     Destroy,
 }
 
+impl Request {
+    /// The command that makes this request, as the state directory's lock names it.
+    fn command(&self) -> String {
+        match self {
+            Request::Reconcile => "tfops local apply".into(),
+            Request::WhenDue => "tfops local watch".into(),
+            Request::Approve(_) => "tfops local approve".into(),
+            Request::Replan => "tfops local replan".into(),
+            Request::Unlock => "tfops local unlock".into(),
+            Request::Destroy => "tfops local destroy".into(),
+        }
+    }
+}
+
 /// Local mode for one command.
 pub struct Local {
     opts: Options,
@@ -369,6 +383,7 @@ impl Local {
         if self.opts.files.is_empty() {
             return Err(LocalError::NoManifests);
         }
+        let _taken = self.world.dir.lock(&request.command())?;
         let order = manifest::order(&self.manifests.objects)?;
         let selected: Vec<&Manifest> = if names.is_empty() {
             order.iter().map(|&i| &self.manifests.objects[i]).collect()

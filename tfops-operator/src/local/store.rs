@@ -32,6 +32,16 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// Another `tfops local` command holds the state directory.
+    #[error(
+        "state directory {path} is in use by another tfops command ({holder}); wait for it to finish, or stop it"
+    )]
+    Busy {
+        /// The state directory.
+        path: PathBuf,
+        /// What the lock file says of its holder.
+        holder: String,
+    },
     /// A file holds something else than expected.
     #[error("state directory: {path} is damaged: {message}")]
     Damaged {
@@ -40,6 +50,12 @@ pub enum StoreError {
         /// The parser's complaint.
         message: String,
     },
+}
+
+/// The state directory taken by one command ([`StateDir::lock`]); dropping it releases it.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: std::fs::File,
 }
 
 /// What local mode keeps of an object between runs.
@@ -134,6 +150,46 @@ impl StateDir {
     /// The directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Takes the state directory for one command that changes it (an OS lock on
+    /// `<dir>/lock`, released when the guard drops or the process dies), so that two commands
+    /// never run Terraform in one directory at once. The lock file names its holder.
+    ///
+    /// # Errors
+    /// [`StoreError::Busy`] naming the holder; [`StoreError::Io`].
+    pub fn lock(&self, command: &str) -> Result<DirLock, StoreError> {
+        use std::io::{Read, Seek, Write};
+        let path = self.root.join("lock");
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io("opening", &path))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                return Err(StoreError::Busy {
+                    path: self.root.clone(),
+                    holder: holder.trim().to_string(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io("locking", &path)(e)),
+        }
+        let holder = format!(
+            "pid {} running `{command}` since {}",
+            std::process::id(),
+            tfops_core::Timestamp::now()
+        );
+        file.set_len(0).map_err(io("writing", &path))?;
+        file.rewind().map_err(io("writing", &path))?;
+        file.write_all(holder.as_bytes())
+            .map_err(io("writing", &path))?;
+        Ok(DirLock { _file: file })
     }
 
     /// An object's directory.
