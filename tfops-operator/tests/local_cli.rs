@@ -489,3 +489,41 @@ fn policy_test_checks_expectations_like_a_test_runner() {
         out.stdout
     );
 }
+
+#[test]
+fn the_objects_runner_binary_is_what_runs_and_status_says_so() {
+    let p = project(&object(
+        "app",
+        "  approvePlan: auto\n  runner:\n    binary: terraform\n",
+    ));
+    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let status = tfops(p.path(), &["local", "status", "app", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    let binary = v[0]["status"]["binary"].as_str().unwrap();
+    assert!(binary.starts_with("terraform 1."), "{binary}");
+
+    // A binary this machine does not have is said plainly (no tofu is installed here).
+    let p = project(&object(
+        "app",
+        "  approvePlan: auto\n  runner:\n    binary: tofu\n",
+    ));
+    let out = tfops(
+        p.path(),
+        &[
+            "local",
+            "apply",
+            "-f",
+            "terraform.yaml",
+            "--binary",
+            "terraform",
+        ],
+    );
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stdout.contains("spec.runner.binary is tofu"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+}

@@ -407,6 +407,11 @@ pub fn setup_request(request: &SetupRequest) -> Result<proto::SetupRequest, Port
             .collect(),
         cli_config: request.inputs.cli_config.clone().unwrap_or_default(),
         env: BTreeMap::new().into_iter().collect(),
+        binary: match o.spec.runner.binary {
+            tfops_core::api::Binary::Auto => String::new(),
+            tfops_core::api::Binary::Terraform => "terraform".into(),
+            tfops_core::api::Binary::Tofu => "tofu".into(),
+        },
     })
 }
 

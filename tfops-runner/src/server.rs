@@ -91,6 +91,8 @@ struct State {
     layout: Option<Layout>,
     /// The file mappings written into the home directory, removed at cleanup.
     home_files: Vec<PathBuf>,
+    /// The binary the setup chose (`terraform`, `tofu`); empty before a setup.
+    binary: String,
 }
 
 /// The runner service.
@@ -101,7 +103,7 @@ pub struct RunnerService {
     runs: Arc<Mutex<HashMap<String, Arc<RunEntry>>>>,
     /// The last plan's `show -json` (see [`execute`]).
     shown: Arc<Mutex<Option<String>>>,
-    /// The binary's version, asked once: it does not change while the runner lives.
+    /// The default binary's version, asked once: it does not change while the runner lives.
     version: Arc<tokio::sync::OnceCell<String>>,
 }
 
@@ -131,6 +133,40 @@ impl RunnerService {
         tokio::spawn(async move {
             let _ = service.binary_version().await;
         });
+    }
+
+    /// The binary a setup asks for (`""`: the runner's own), or FAILED_PRECONDITION when this
+    /// runner does not have it.
+    fn program_for(&self, choice: &str) -> Result<(String, PathBuf), Status> {
+        if choice.is_empty() || choice == self.config.binary {
+            return Ok((self.config.binary.clone(), self.config.program.clone()));
+        }
+        find_binary(choice).ok_or_else(|| {
+            Status::failed_precondition(format!(
+                "spec.runner.binary is {choice}, which this runner does not have (it runs {})",
+                self.config.binary
+            ))
+        })
+    }
+
+    /// The binary and version of the current setup (the runner's own before one).
+    async fn current_binary(&self) -> Result<(String, String), TfError> {
+        let chosen = {
+            let state = lock(&self.state);
+            state
+                .terraform
+                .as_ref()
+                .filter(|tf| tf.program != self.config.program)
+                .map(|tf| (state.binary.clone(), tf.clone()))
+        };
+        match chosen {
+            Some((binary, tf)) => {
+                let (log, _) = mpsc::unbounded_channel();
+                let (_cancel_tx, cancel) = watch::channel(false);
+                Ok((binary, tf.version(&Io { log, cancel }).await?))
+            }
+            None => Ok((self.config.binary.clone(), self.binary_version().await?)),
+        }
     }
 
     async fn binary_version(&self) -> Result<String, TfError> {
@@ -399,14 +435,11 @@ impl Runner for RunnerService {
         &self,
         _: Request<proto::InfoRequest>,
     ) -> Result<Response<proto::InfoReply>, Status> {
-        let version = self
-            .binary_version()
+        let (binary, version) = self
+            .current_binary()
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
-        Ok(Response::new(proto::InfoReply {
-            binary: self.config.binary.clone(),
-            version,
-        }))
+        Ok(Response::new(proto::InfoReply { binary, version }))
     }
 
     async fn has_archive(
@@ -553,8 +586,9 @@ impl Runner for RunnerService {
                 layout.cli_config.display().to_string(),
             );
         }
+        let (binary, program) = self.program_for(&r.binary)?;
         let tf = Terraform {
-            program: self.config.program.clone(),
+            program,
             dir: layout.config_dir.clone(),
             env,
             grace: self.config.grace,
@@ -568,6 +602,7 @@ impl Runner for RunnerService {
         *lock(&self.shown) = None;
         let mut state = lock(&self.state);
         state.terraform = Some(tf);
+        state.binary = binary;
         state.layout = Some(layout.clone());
         state.home_files = home_files;
         Ok(Response::new(proto::SetupReply {
