@@ -241,6 +241,62 @@ fn parse_gitmodules(text: &str) -> BTreeMap<String, String> {
     out
 }
 
+/// The scheme and host (with port) of a Git URL; scp-like `user@host:path` is `ssh`.
+fn scheme_and_host(url: &str) -> (String, String) {
+    // `<transport>::<address>` picks a remote helper (`ext::` runs a command).
+    if let Some((transport, _)) = url.split_once("::")
+        && !transport.contains('/')
+    {
+        return (
+            format!("{}::", transport.to_ascii_lowercase()),
+            String::new(),
+        );
+    }
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let authority = rest.split('/').next().unwrap_or_default();
+        let host = authority.rsplit('@').next().unwrap_or_default();
+        return (scheme.to_ascii_lowercase(), host.to_ascii_lowercase());
+    }
+    match url.split_once(':') {
+        Some((user_host, _)) if !user_host.contains('/') => (
+            "ssh".into(),
+            user_host
+                .rsplit('@')
+                .next()
+                .unwrap_or_default()
+                .to_ascii_lowercase(),
+        ),
+        _ => ("file".into(), String::new()),
+    }
+}
+
+/// The credentials a submodule at `sub` gets when its parent is `parent` (see
+/// [`GitSource::checkout_with`]), or why it is refused.
+fn submodule_credentials(
+    parent: &str,
+    sub: &str,
+    creds: &GitCredentials,
+) -> Result<GitCredentials, GitError> {
+    let (parent_scheme, parent_host) = scheme_and_host(parent);
+    let (scheme, host) = scheme_and_host(sub);
+    let allowed = scheme == "https" || scheme == "ssh" || scheme == parent_scheme;
+    if !allowed {
+        return Err(GitError::Local(format!(
+            "submodule {} uses {scheme}, which a submodule of a {parent_scheme} source may not (allowed: https, ssh, {parent_scheme})",
+            redact(sub)
+        )));
+    }
+    if host == parent_host {
+        return Ok(creds.clone());
+    }
+    Ok(GitCredentials {
+        known_hosts: creds.known_hosts.clone(),
+        allow_unknown_host_key: creds.allow_unknown_host_key,
+        ca_bundle: creds.ca_bundle.clone(),
+        ..GitCredentials::default()
+    })
+}
+
 /// A submodule URL, relative ones (`../x`, `./x`) resolved against the parent's URL.
 fn join_url(parent: &str, sub: &str) -> String {
     if !(sub.starts_with("../") || sub.starts_with("./")) {
@@ -536,8 +592,13 @@ impl GitSource {
     }
 
     /// [`GitSource::checkout`], and with `submodules` the submodules the tree names, each at
-    /// the commit the tree records, recursively (relative URLs resolve against `url`; the same
-    /// credentials are used).
+    /// the commit the tree records, recursively (relative URLs resolve against `url`).
+    ///
+    /// A submodule URL is whatever the repository's authors wrote, so it is not trusted like
+    /// the source itself: it must use `https`, `ssh` or the parent's own scheme (never, say,
+    /// `file://` on the controller's disk from an `https` source), and the parent's
+    /// credentials go only to a submodule on the parent's own host; others are fetched
+    /// anonymously (host keys and CA bundle still apply).
     ///
     /// # Errors
     /// A [`GitError`].
@@ -557,7 +618,8 @@ impl GitSource {
                     fetch: String::new(),
                     sha: sub_commit,
                 };
-                self.checkout_with(&sub_url, &pinned, creds, &dest.join(&path), true)?;
+                let sub_creds = submodule_credentials(url, &sub_url, creds)?;
+                self.checkout_with(&sub_url, &pinned, &sub_creds, &dest.join(&path), true)?;
             }
         }
         Ok(commit)
@@ -673,7 +735,72 @@ impl GitSource {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    #![allow(clippy::unwrap_used)]
+    use super::{GitCredentials, redact, submodule_credentials};
+
+    fn creds() -> GitCredentials {
+        GitCredentials {
+            username: Some("ci".into()),
+            password: Some("token".into()),
+            known_hosts: Some("git.example ssh-ed25519 AAAA".into()),
+            ..GitCredentials::default()
+        }
+    }
+
+    #[test]
+    fn submodules_get_the_parents_credentials_only_on_its_host() {
+        let same = submodule_credentials(
+            "https://git.example/infra.git",
+            "https://git.example/net.git",
+            &creds(),
+        )
+        .unwrap();
+        assert_eq!(same.password.as_deref(), Some("token"));
+        let other = submodule_credentials(
+            "https://git.example/infra.git",
+            "https://evil.example/x.git",
+            &creds(),
+        )
+        .unwrap();
+        assert!(other.password.is_none() && other.username.is_none());
+        assert_eq!(
+            other.known_hosts,
+            creds().known_hosts,
+            "host keys still apply"
+        );
+        // Another port is another server.
+        let port = submodule_credentials(
+            "https://git.example/infra.git",
+            "https://git.example:8443/x.git",
+            &creds(),
+        )
+        .unwrap();
+        assert!(port.password.is_none());
+        // scp-like SSH URLs name their host too.
+        let ssh = submodule_credentials(
+            "git@git.example:infra.git",
+            "git@git.example:net.git",
+            &creds(),
+        )
+        .unwrap();
+        assert_eq!(ssh.password.as_deref(), Some("token"));
+    }
+
+    #[test]
+    fn submodules_may_not_switch_to_a_local_or_odd_scheme() {
+        for bad in [
+            "file:///etc/secrets",
+            "/srv/repos/x",
+            "ext::sh -c touch% /tmp/x",
+        ] {
+            let refused =
+                submodule_credentials("https://git.example/infra.git", bad, &creds()).unwrap_err();
+            assert!(refused.to_string().contains("may not"), "{refused}");
+        }
+        // The parent's own scheme stays allowed (a file:// source's file:// submodules).
+        assert!(submodule_credentials("file:///r/infra", "file:///r/net", &creds()).is_ok());
+        assert!(submodule_credentials("git://h/infra", "git://h/net", &creds()).is_ok());
+    }
 
     #[test]
     fn gitmodules_and_relative_urls() {
