@@ -1,6 +1,9 @@
-//! `runner_overhead`: plan + apply of 50 `terraform_data` resources through the runner (gRPC
-//! over mutual TLS on loopback, in-process server) against the same Terraform commands run
-//! directly, in the same run. Needs a real terraform (see `benches/README.md`).
+//! `runner_overhead`: what the driver does for a plan with changes and its apply — plan, show
+//! (text and JSON), the content digest an approval is bound to, storing the plan with the
+//! chunked codec, apply — for 50 `terraform_data` resources through the runner (gRPC over
+//! mutual TLS on loopback, in-process server), against the same Terraform commands run
+//! directly (`plan -out`, `show -json`, `show`, `apply`), in the same run. Needs a real
+//! terraform (see `benches/README.md`).
 
 // A benchmark aborts when its setup fails: there is nothing to measure then.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -174,6 +177,7 @@ fn bench(c: &mut Criterion) {
                 direct.path(),
                 &["show", "-json", "-no-color", "tfplan"],
             );
+            tf(&terraform, direct.path(), &["show", "-no-color", "tfplan"]);
             tf(
                 &terraform,
                 direct.path(),
@@ -191,6 +195,18 @@ fn bench(c: &mut Criterion) {
                     50,
                     "every plan changes all 50"
                 );
+                let shown = session.show().await.unwrap();
+                let digest = tfops_core::plan::content_digest(&shown.json).unwrap();
+                assert_eq!(digest.len(), 64);
+                let (index, chunks) = tfops_core::plan::encode_reader(
+                    &p.plan_file[..],
+                    tfops_core::plan::CodecConfig::default(),
+                    "plan-bench",
+                    &format!("upload-{applies}"),
+                    Vec::new(),
+                )
+                .unwrap();
+                std::hint::black_box((index, chunks));
                 applies += 1;
                 session.apply(&format!("apply-{applies}")).await.unwrap();
             })

@@ -26,6 +26,9 @@ pub enum TlsError {
     /// rcgen refused the parameters or failed to sign.
     #[error("generating a certificate")]
     Generate(#[from] rcgen::Error),
+    /// A saved CA is unusable (its key does not parse, or does not match its certificate).
+    #[error("the saved CA is unusable: {0}")]
+    Saved(String),
 }
 
 /// The name the runner's server certificate carries for `namespace`; the controller verifies
@@ -71,6 +74,22 @@ fn validity(params: &mut CertificateParams, now: SystemTime, valid_for: Duration
     not_after
 }
 
+fn ca_params() -> Result<CertificateParams, TlsError> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "tfops controller CA");
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    Ok(params)
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
 impl CertificateAuthority {
     /// A new CA valid from `now` for `valid_for`.
     ///
@@ -78,12 +97,7 @@ impl CertificateAuthority {
     /// [`TlsError::Generate`].
     pub fn generate(now: SystemTime, valid_for: Duration) -> Result<Self, TlsError> {
         let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "tfops controller CA");
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let mut params = ca_params()?;
         let not_after = validity(&mut params, now, valid_for);
         let cert_pem = params.self_signed(&key)?.pem();
         Ok(Self {
@@ -91,6 +105,51 @@ impl CertificateAuthority {
             key,
             cert_pem,
             not_after,
+        })
+    }
+
+    /// What to keep to use this CA again after a restart (the controller keeps it in a Secret
+    /// of its own namespace; it holds the CA key and never goes to a runner).
+    pub fn save(&self) -> SavedCa {
+        SavedCa {
+            cert: self.cert_pem.clone(),
+            key: self.key.serialize_pem(),
+            not_before: unix(SystemTime::from(self.params.not_before)),
+            not_after: unix(self.not_after),
+        }
+    }
+
+    /// The CA `saved` describes: its certificate is used as is, and new certificates are
+    /// signed with its key under the same name.
+    ///
+    /// # Errors
+    /// [`TlsError::Saved`] when the key does not parse or is not the certificate's key.
+    pub fn load(saved: &SavedCa) -> Result<Self, TlsError> {
+        let key = KeyPair::from_pem(&saved.key).map_err(|e| TlsError::Saved(e.to_string()))?;
+        let mut params = ca_params()?;
+        let at = |secs: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        params.not_before = time::OffsetDateTime::from(at(saved.not_before));
+        params.not_after = time::OffsetDateTime::from(at(saved.not_after));
+        // The saved certificate must carry this key: compare the public keys.
+        let spki = |pem: &str| -> Result<Vec<u8>, TlsError> {
+            use rustls::pki_types::CertificateDer;
+            use rustls::pki_types::pem::PemObject;
+            let der = CertificateDer::from_pem_slice(pem.as_bytes())
+                .map_err(|e| TlsError::Saved(format!("the certificate is not PEM: {e}")))?;
+            Ok(der.to_vec())
+        };
+        let der = spki(&saved.cert)?;
+        let public = rcgen::PublicKeyData::subject_public_key_info(&key);
+        if !der.windows(public.len()).any(|w| w == public.as_slice()) {
+            return Err(TlsError::Saved(
+                "the key is not the key of the certificate".into(),
+            ));
+        }
+        Ok(Self {
+            params,
+            key,
+            cert_pem: saved.cert.clone(),
+            not_after: at(saved.not_after),
         })
     }
 
@@ -168,6 +227,42 @@ impl CertificateAuthority {
     }
 }
 
+/// A CA as saved ([`CertificateAuthority::save`]): certificate and key PEM, validity in Unix
+/// seconds. Its `Debug` never shows the key.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SavedCa {
+    /// The CA certificate, PEM.
+    pub cert: String,
+    /// The CA key, PEM (secret).
+    pub key: String,
+    /// Valid from (Unix seconds).
+    pub not_before: u64,
+    /// Valid until (Unix seconds).
+    pub not_after: u64,
+}
+
+impl std::fmt::Debug for SavedCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SavedCa")
+            .field("not_before", &self.not_before)
+            .field("not_after", &self.not_after)
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The whole PKI as saved: the current CA and, during a rotation, the previous one.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SavedPki {
+    /// The CA that issues.
+    pub current: SavedCa,
+    /// The previous CA, still trusted until it expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<SavedCa>,
+}
+
 /// What the per-namespace `terraform-runner.tls` Secret holds: no CA key.
 #[derive(Clone)]
 pub struct RunnerSecret {
@@ -219,6 +314,37 @@ impl Pki {
         Ok(Self {
             current: CertificateAuthority::generate(now, ca_validity)?,
             previous: None,
+            ca_validity,
+            leaf_validity,
+            look_ahead,
+        })
+    }
+
+    /// What to keep to use this PKI again after a restart.
+    pub fn save(&self) -> SavedPki {
+        SavedPki {
+            current: self.current.save(),
+            previous: self.previous.as_ref().map(CertificateAuthority::save),
+        }
+    }
+
+    /// The PKI `saved` describes, with these durations.
+    ///
+    /// # Errors
+    /// [`TlsError::Saved`].
+    pub fn load(
+        saved: &SavedPki,
+        ca_validity: Duration,
+        leaf_validity: Duration,
+        look_ahead: Duration,
+    ) -> Result<Self, TlsError> {
+        Ok(Self {
+            current: CertificateAuthority::load(&saved.current)?,
+            previous: saved
+                .previous
+                .as_ref()
+                .map(CertificateAuthority::load)
+                .transpose()?,
             ca_validity,
             leaf_validity,
             look_ahead,

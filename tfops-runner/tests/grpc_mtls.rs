@@ -14,7 +14,7 @@ use tfops_core::ports::{
 };
 use tfops_runner::client::{ClientTls, RunnerClient};
 use tfops_runner::proto;
-use tfops_runner::tls::runner_server_name;
+use tfops_runner::tls::{Pki, runner_server_name};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
 async fn info(addr: SocketAddr, tls: &ClientTls) -> Result<(String, String), String> {
@@ -299,4 +299,47 @@ async fn a_controller_that_reconnects_mid_apply_gets_the_real_result_and_cancel_
     let result = apply.await.unwrap();
     assert!(matches!(result, Err(PortError::Cancelled)), "{result:?}");
     assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[tokio::test]
+async fn a_pki_saved_and_loaded_by_a_restarted_controller_keeps_its_runners() {
+    let before = pki();
+    let runner = start_runner(server_tls(&before, "team-a")).await;
+    // The controller restarts: it loads the CA it saved in its own namespace.
+    let saved = serde_json::to_string(&before.save()).unwrap();
+    assert!(
+        !format!("{:?}", before.save()).contains("PRIVATE KEY"),
+        "Debug hides the key"
+    );
+    let after = Pki::load(
+        &serde_json::from_str(&saved).unwrap(),
+        30 * DAY,
+        7 * DAY,
+        3 * DAY,
+    )
+    .unwrap();
+    assert_eq!(after.trust_bundle(), before.trust_bundle());
+    // Its client certificates are accepted by the runner set up before the restart...
+    let (binary, _) = info(runner.addr, &client_tls(&after, "team-a"))
+        .await
+        .unwrap();
+    assert_eq!(binary, "terraform");
+    // ...and a runner set up after it is accepted by a client of before.
+    let later = start_runner(server_tls(&after, "team-b")).await;
+    assert!(
+        info(later.addr, &client_tls(&before, "team-b"))
+            .await
+            .is_ok()
+    );
+
+    // A saved CA whose key is another's is refused, not used.
+    let mut wrong = before.save();
+    wrong.current.key = pki().save().current.key;
+    let refused = Pki::load(&wrong, 30 * DAY, 7 * DAY, 3 * DAY).err().unwrap();
+    assert!(
+        refused
+            .to_string()
+            .contains("not the key of the certificate"),
+        "{refused}"
+    );
 }
