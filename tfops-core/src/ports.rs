@@ -398,6 +398,15 @@ pub trait PlanStore: Send + Sync {
         workspace: &str,
         plan: &StoredPlan,
     ) -> Result<(), PortError>;
+    /// The object's stored plan, verified whole (`None` when there is none).
+    ///
+    /// # Errors
+    /// [`PortError::Invalid`] when what is stored is damaged or incomplete; the store's error.
+    async fn load(
+        &self,
+        object: &ObjectKey,
+        workspace: &str,
+    ) -> Result<Option<StoredPlan>, PortError>;
     /// Removes the object's stored plan; succeeds when there is none.
     async fn delete(&self, object: &ObjectKey, workspace: &str) -> Result<(), PortError>;
 }

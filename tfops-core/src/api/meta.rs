@@ -37,6 +37,14 @@ pub struct ObjectMeta {
     pub name: String,
     /// The object's namespace.
     pub namespace: String,
+    /// `metadata.uid`: tells this object from an earlier one of the same name (owner
+    /// references, events). Empty where there is no API server (local mode, fakes).
+    #[serde(default)]
+    pub uid: String,
+    /// `metadata.resourceVersion` as read: the precondition of writes that must not overwrite
+    /// a newer object (removing the finalizer, status). Empty where there is no API server.
+    #[serde(default)]
+    pub resource_version: String,
     /// `metadata.generation`: bumped by the API server on every spec change, never on status
     /// updates.
     pub generation: i64,

@@ -124,6 +124,18 @@ impl PlanStore for FakeWorld {
         Ok(())
     }
 
+    async fn load(
+        &self,
+        object: &ObjectKey,
+        workspace: &str,
+    ) -> Result<Option<StoredPlan>, PortError> {
+        Ok(self
+            .lock()
+            .plans
+            .get(&(object.clone(), workspace.to_string()))
+            .cloned())
+    }
+
     async fn delete(&self, object: &ObjectKey, workspace: &str) -> Result<(), PortError> {
         self.check(FakeOp::DeletePlan)?;
         self.lock()

@@ -277,6 +277,8 @@ impl Local {
                 annotations,
                 deletion_timestamp: p.deletion_requested_at,
                 finalizers: p.finalizers.clone(),
+                // No API server: nothing to tell objects apart by, no precondition to meet.
+                ..ObjectMeta::default()
             },
             spec,
             status: p.status,

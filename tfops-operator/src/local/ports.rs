@@ -366,10 +366,63 @@ impl PlanStore for LocalWorld {
         .map_err(store_err)?;
         write_atomic(&dir.join("plan.json"), plan.shown.json.as_bytes(), true)
             .map_err(store_err)?;
+        let kind = serde_json::json!({"id": plan.id, "isDestroy": plan.is_destroy, "isDrift": plan.is_drift});
+        write_atomic(
+            &dir.join("plan-kind.json"),
+            kind.to_string().as_bytes(),
+            true,
+        )
+        .map_err(store_err)?;
         // Written last: a reader that finds the index finds every chunk it names.
         let index =
             serde_json::to_vec_pretty(&index).map_err(|e| PortError::Invalid(e.to_string()))?;
         write_atomic(&dir.join("index.json"), &index, true).map_err(store_err)
+    }
+
+    async fn load(&self, object: &ObjectKey, _: &str) -> Result<Option<StoredPlan>, PortError> {
+        let dir = self.dir.plan_dir(object);
+        let read = |name: &str| std::fs::read(dir.join(name));
+        let index = match read("index.json") {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(PortError::Unavailable(format!("reading the plan: {e}"))),
+        };
+        let damaged = |what: &str, e: &dyn std::fmt::Display| {
+            PortError::Invalid(format!(
+                "the stored plan of {object} is damaged: {what}: {e}"
+            ))
+        };
+        let index: tfops_core::plan::PlanIndex =
+            serde_json::from_slice(&index).map_err(|e| damaged("index.json", &e))?;
+        let mut chunks = Vec::new();
+        for i in 0..index.chunk_count() {
+            let header = read(&format!("chunk-{i}.json")).map_err(|e| damaged("a chunk", &e))?;
+            let header = serde_json::from_slice(&header).map_err(|e| damaged("a chunk", &e))?;
+            let data = read(&format!("chunk-{i}.bin")).map_err(|e| damaged("a chunk", &e))?;
+            chunks.push(tfops_core::plan::Chunk { header, data });
+        }
+        let config = tfops_core::plan::CodecConfig::default();
+        let ordered = tfops_core::plan::OrderedChunks::new(&index, chunks)
+            .map_err(|e| damaged("the chunks", &e))?;
+        let binary = tfops_core::plan::decode_to_vec(index, ordered, &config)
+            .map_err(|e| damaged("the plan", &e))?;
+        let text = |name: &str| {
+            read(name)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .map_err(|e| damaged(name, &e))
+        };
+        let kind: serde_json::Value = serde_json::from_str(&text("plan-kind.json")?)
+            .map_err(|e| damaged("plan-kind.json", &e))?;
+        Ok(Some(StoredPlan {
+            id: kind["id"].as_str().unwrap_or_default().to_string(),
+            binary,
+            shown: tfops_core::ports::ShownPlan {
+                readable: text("readable.txt")?,
+                json: text("plan.json")?,
+            },
+            is_destroy: kind["isDestroy"].as_bool().unwrap_or(false),
+            is_drift: kind["isDrift"].as_bool().unwrap_or(false),
+        }))
     }
 
     async fn delete(&self, object: &ObjectKey, _: &str) -> Result<(), PortError> {
