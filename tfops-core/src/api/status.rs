@@ -58,6 +58,14 @@ pub struct TerraformStatus {
     /// The resources in the state after the last apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inventory: Vec<InventoryEntry>,
+    /// The workspace under which a plan is stored (`tfplan-<workspace>-<name>`), so that a
+    /// changed `spec.workspace` leaves no plan behind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_plan_workspace: Option<String>,
+    /// The outputs Secret last written, so that renaming or removing
+    /// `spec.writeOutputsToSecret` (and deletion) removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs_secret: Option<String>,
     /// The names of the outputs after the last apply (values are never put in status).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub available_outputs: Vec<String>,

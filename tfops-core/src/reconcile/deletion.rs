@@ -146,6 +146,15 @@ fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
     };
     run.lock_released();
     run.st.last_plan_at = Some(at);
+    if matches!(
+        outcome,
+        Outcome::Planned {
+            has_changes: true,
+            ..
+        }
+    ) {
+        run.st.stored_plan_workspace = Some(run.s.object.spec.workspace.clone());
+    }
     if let Outcome::Planned {
         has_changes: true,
         summary,

@@ -22,6 +22,7 @@ mod failure;
 mod flow;
 mod model;
 mod run;
+mod steps;
 mod timing;
 
 pub use driver::{Driver, DriverError, RunReport};

@@ -303,6 +303,7 @@ fn plan<'a>(
     run.lock_released();
     run.st.last_planned_revision = Some(revision.to_string());
     run.st.last_plan_at = Some(at);
+    run.st.stored_plan_workspace = has_changes.then(|| run.s.object.spec.workspace.clone());
     if !has_changes {
         return Flow::Go(None);
     }
@@ -657,6 +658,10 @@ fn outputs_and_health(run: &mut Run<'_>) -> Flow<()> {
         )) => {
             run.st.available_outputs = names.clone();
             run.st.inventory = inventory.clone();
+            run.st.outputs_secret = match (&run.s.object.spec.write_outputs_to_secret, written) {
+                (Some(w), true) => Some(w.name.clone()),
+                _ => None,
+            };
             let message = match (&run.s.object.spec.write_outputs_to_secret, written) {
                 (Some(w), true) => format!("{} outputs, written to Secret {}", names.len(), w.name),
                 _ => format!("{} outputs available", names.len()),
