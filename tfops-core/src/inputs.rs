@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use crate::api::{SecretKeyRef, TerraformObject, VarsFromKind};
 use crate::ports::{PortError, ResolvedFile, ResolvedInputs};
 
-/// Reads the data of a Secret or ConfigMap: `(kind, namespace, name)` → key → value, or `None`
-/// when it does not exist.
+/// Reads the data of a Secret or ConfigMap: `(kind, namespace, name)` → key → bytes, or
+/// `None` when it does not exist. Bytes, because Secrets hold binary data (a file mapping of a
+/// keystore, say); a variable's value must be UTF-8 text.
 pub trait DataSource {
     /// The object's data.
     fn data(
@@ -15,7 +16,23 @@ pub trait DataSource {
         kind: VarsFromKind,
         namespace: &str,
         name: &str,
-    ) -> Option<BTreeMap<String, String>>;
+    ) -> Option<BTreeMap<String, Vec<u8>>>;
+}
+
+/// A key's bytes as the text a variable needs.
+fn text(
+    bytes: &[u8],
+    key: &str,
+    kind: VarsFromKind,
+    namespace: &str,
+    name: &str,
+) -> Result<String, PortError> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| {
+        PortError::Invalid(format!(
+            "key {key} of {} {namespace}/{name} is not UTF-8 text, and a variable's value must be (binary data can go to a file with fileMappings)",
+            kind_name(kind)
+        ))
+    })
 }
 
 /// A key's text as a JSON value when it parses as one, else as a string.
@@ -35,7 +52,7 @@ fn read_key(
     kind: VarsFromKind,
     namespace: &str,
     r: &SecretKeyRef,
-) -> Result<Option<String>, PortError> {
+) -> Result<Option<Vec<u8>>, PortError> {
     match source
         .data(kind, namespace, &r.name)
         .and_then(|d| d.get(&r.key).cloned())
@@ -76,7 +93,8 @@ pub fn resolve(
         };
         if from.var_keys.is_empty() {
             for (k, v) in &data {
-                inputs.vars.insert(k.clone(), json_or_string(v));
+                let v = text(v, k, from.kind, ns, &from.name)?;
+                inputs.vars.insert(k.clone(), json_or_string(&v));
             }
         }
         for entry in &from.var_keys {
@@ -88,21 +106,27 @@ pub fn resolve(
                     from.name
                 ))
             })?;
-            inputs.vars.insert(name.to_string(), json_or_string(v));
+            let v = text(v, key, from.kind, ns, &from.name)?;
+            inputs.vars.insert(name.to_string(), json_or_string(&v));
         }
     }
     for var in &spec.vars {
         let value = match (&var.value, &var.value_from) {
             (Some(v), _) => Some(v.clone()),
-            (None, Some(from)) => match (&from.secret_key_ref, &from.config_map_key_ref) {
-                (Some(r), _) => {
-                    read_key(source, VarsFromKind::Secret, ns, r)?.map(|t| json_or_string(&t))
+            (None, Some(from)) => {
+                let (kind, r) = match (&from.secret_key_ref, &from.config_map_key_ref) {
+                    (Some(r), _) => (VarsFromKind::Secret, Some(r)),
+                    (None, Some(r)) => (VarsFromKind::ConfigMap, Some(r)),
+                    (None, None) => (VarsFromKind::Secret, None),
+                };
+                match r {
+                    Some(r) => match read_key(source, kind, ns, r)? {
+                        Some(b) => Some(json_or_string(&text(&b, &r.key, kind, ns, &r.name)?)),
+                        None => None,
+                    },
+                    None => None,
                 }
-                (None, Some(r)) => {
-                    read_key(source, VarsFromKind::ConfigMap, ns, r)?.map(|t| json_or_string(&t))
-                }
-                (None, None) => None,
-            },
+            }
             (None, None) => None,
         };
         if let Some(value) = value {
@@ -119,12 +143,12 @@ pub fn resolve(
             inputs.files.push(ResolvedFile {
                 location: m.location,
                 path: m.path.clone(),
-                content: content.into_bytes(),
+                content,
             });
         }
     }
     if let Some(r) = &spec.cli_config_secret_ref {
-        inputs.cli_config = read_key(source, VarsFromKind::Secret, ns, r)?.map(String::into_bytes);
+        inputs.cli_config = read_key(source, VarsFromKind::Secret, ns, r)?;
     }
     Ok(inputs)
 }

@@ -58,12 +58,16 @@ impl crate::inputs::DataSource for FakeWorld {
         _: VarsFromKind,
         namespace: &str,
         name: &str,
-    ) -> Option<BTreeMap<String, String>> {
+    ) -> Option<BTreeMap<String, Vec<u8>>> {
         // Secrets and ConfigMaps share one map in the fake world.
         self.lock()
             .secrets
             .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
+            .map(|d| {
+                d.iter()
+                    .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+                    .collect()
+            })
     }
 }
 

@@ -88,7 +88,7 @@ pub struct Manifests {
     /// The `Terraform` objects, in file order.
     pub objects: Vec<Manifest>,
     /// Secrets and ConfigMaps: (namespace, name) → key → value.
-    pub data: BTreeMap<(String, String), BTreeMap<String, String>>,
+    pub data: BTreeMap<(String, String), BTreeMap<String, Vec<u8>>>,
     /// `TerraformPolicy` objects.
     pub policies: Vec<tfops_core::policy::TerraformPolicy>,
 }
@@ -206,27 +206,27 @@ pub fn read(files: &[PathBuf]) -> Result<Manifests, ManifestError> {
                         serde_yaml_ng::from_value(value).map_err(|e| invalid(e.to_string()))?;
                     let mut data = BTreeMap::new();
                     for (k, v) in doc.data {
+                        // Secret data is base64 and may be binary (a keystore for a file
+                        // mapping); whether a value must be text is decided where it is used.
                         let value = if header.kind == "Secret" {
-                            let bytes = base64::engine::general_purpose::STANDARD
+                            base64::engine::general_purpose::STANDARD
                                 .decode(v.trim())
                                 .map_err(|e| {
                                     invalid(format!(
                                         "Secret {}: data.{k} is not base64: {e}",
                                         doc.metadata.name
                                     ))
-                                })?;
-                            String::from_utf8(bytes).map_err(|_| {
-                                invalid(format!(
-                                    "Secret {}: data.{k} is not UTF-8",
-                                    doc.metadata.name
-                                ))
-                            })?
+                                })?
                         } else {
-                            v
+                            v.into_bytes()
                         };
                         data.insert(k, value);
                     }
-                    data.extend(doc.string_data);
+                    data.extend(
+                        doc.string_data
+                            .into_iter()
+                            .map(|(k, v)| (k, v.into_bytes())),
+                    );
                     let ns = doc
                         .metadata
                         .namespace

@@ -28,7 +28,7 @@ pub struct LocalWorld {
     /// The state directory.
     pub dir: StateDir,
     /// Secrets and ConfigMaps from the manifests.
-    pub data: BTreeMap<(String, String), BTreeMap<String, String>>,
+    pub data: BTreeMap<(String, String), BTreeMap<String, Vec<u8>>>,
     /// The directory each object's manifest came from.
     pub bases: BTreeMap<ObjectKey, PathBuf>,
     /// `TerraformPolicy` objects from the manifests.
@@ -54,7 +54,7 @@ impl LocalWorld {
     /// A world over `dir`.
     pub fn new(
         dir: StateDir,
-        data: BTreeMap<(String, String), BTreeMap<String, String>>,
+        data: BTreeMap<(String, String), BTreeMap<String, Vec<u8>>>,
         printer: Printer,
     ) -> Self {
         Self {
@@ -139,7 +139,11 @@ impl LocalWorld {
             .secret_ref
             .as_ref()
             .and_then(|r| self.data.get(&(key.namespace.clone(), r.name.clone())));
-        let get = |k: &str| data.and_then(|d| d.get(k).cloned());
+        // Credentials are text; a key that is not UTF-8 counts as absent.
+        let get = |k: &str| {
+            data.and_then(|d| d.get(k))
+                .and_then(|v| String::from_utf8(v.clone()).ok())
+        };
         GitCredentials {
             username: get("username"),
             password: get("password").or_else(|| get("token")),
@@ -159,6 +163,7 @@ impl LocalWorld {
             .and_then(|r| self.data.get(&(key.namespace.clone(), r.name.clone())));
         let registry = oci::registry_of(&source.url).unwrap_or_default();
         data.and_then(|d| d.get(".dockerconfigjson"))
+            .and_then(|j| std::str::from_utf8(j).ok())
             .and_then(|j| oci::credentials_from_dockerconfigjson(j, registry))
             .unwrap_or_default()
     }
@@ -169,7 +174,7 @@ impl LocalWorld {
         self.data
             .get(&(key.namespace.clone(), r.name.clone()))?
             .get("ca.crt")
-            .cloned()
+            .and_then(|v| String::from_utf8(v.clone()).ok())
     }
 
     async fn oci_resolve(
@@ -317,7 +322,7 @@ impl tfops_core::inputs::DataSource for LocalWorld {
         _: VarsFromKind,
         namespace: &str,
         name: &str,
-    ) -> Option<BTreeMap<String, String>> {
+    ) -> Option<BTreeMap<String, Vec<u8>>> {
         self.data
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
