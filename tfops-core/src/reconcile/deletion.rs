@@ -179,8 +179,8 @@ fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
             );
             return Flow::Stop(Stop::End(End::Failed(failure)));
         }
-        let what = super::run::destroying(&plan_id, digest, revision);
-        match super::run::need_apply(run, what) {
+        let what = super::apply::destroying(&plan_id, digest, revision);
+        match super::apply::need_apply(run, what) {
             Flow::Go(()) => {}
             // Terraform failing to apply a destroy plan is a failed destroy to the user.
             Flow::Stop(Stop::End(End::Failed(mut f))) if f.reason == Reason::TFExecApplyFailed => {

@@ -16,6 +16,8 @@
 //! (`RetryLimitReached`, `Stalled`). Deletion goes through the finalizer; see the
 //! `deletion` module's documentation for its guarantees.
 
+mod apply;
+mod approval;
 mod deletion;
 mod driver;
 mod failure;

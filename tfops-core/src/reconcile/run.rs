@@ -1,12 +1,12 @@
 //! The apply path: trigger, dependencies, source, runner, setup, drift, plan, approval, apply,
 //! outputs, health checks, cleanup (seed 000, "A reconciliation, step by step").
 
+use super::apply::{apply, resumed_apply};
+use super::approval::{approve, record_pending};
 use super::flow::{End, Flow, Run, Stop, go};
 use super::model::{Decision, Outcome, Snapshot, Step, StepFailure, StepKind};
 use super::timing;
-use crate::api::{
-    ActiveRun, ApprovePlan, DriftAction, ValidSpec, ValidationErrors, annotations, validate,
-};
+use crate::api::{ApprovePlan, DriftAction, ValidSpec, ValidationErrors, annotations, validate};
 use crate::conditions::{ConditionStatus, ConditionType, Reason};
 use crate::naming;
 use crate::ports::{PlanKind, Revision};
@@ -261,12 +261,12 @@ fn plan_and_apply(
 }
 
 /// A plan with changes, as the run sees it after the `Plan` step.
-struct Planned<'a> {
-    summary: crate::ports::PlanSummary,
-    digest: &'a str,
-    violations: &'a [crate::api::PolicyViolation],
+pub(super) struct Planned<'a> {
+    pub(super) summary: crate::ports::PlanSummary,
+    pub(super) digest: &'a str,
+    pub(super) violations: &'a [crate::api::PolicyViolation],
     /// `plan <id> (<summary>) at <revision>`, for messages.
-    label: String,
+    pub(super) label: String,
 }
 
 /// Makes the plan (stored under `plan_id` when it has changes). Gives `None` for a plan without
@@ -322,34 +322,6 @@ fn plan<'a>(
         violations,
         label,
     }))
-}
-
-/// Records the plan as pending. A plan that is new or would do something else than the one
-/// pending before is a new pending plan: the approvals present now were given before it
-/// existed, so their values are recorded as seen and never approve it.
-fn record_pending(run: &mut Run<'_>, plan_id: &str, digest: &str, drift: bool) {
-    let start = run.start();
-    let object = &run.s.object;
-    let spec_value = object.spec.approve_plan.as_str();
-    let annotation_value = object.annotation(annotations::APPROVE).unwrap_or_default();
-    if start.plan.pending != plan_id || start.plan.pending_digest != digest {
-        run.st.plan.pending_generation = run.generation();
-        run.st.plan.pending_digest = digest.to_string();
-        run.st.plan.seen_approve_plan = spec_value.to_string();
-        run.st.plan.seen_approval = annotation_value.to_string();
-    } else {
-        // The same plan is still pending. A value seen now that does not name it (cleared, or
-        // another id) is recorded, so that changing it to this plan's id later approves.
-        if spec_value.trim() != plan_id {
-            run.st.plan.seen_approve_plan = spec_value.to_string();
-        }
-        if annotations::approved_plan_id(annotation_value) != plan_id {
-            run.st.plan.seen_approval = annotation_value.to_string();
-        }
-    }
-    run.st.plan.pending = plan_id.to_string();
-    run.st.plan.is_destroy_plan = object.spec.destroy;
-    run.st.plan.is_drift_detection_plan = drift;
 }
 
 /// A plan without changes: nothing pending, and the revision counts as applied (or, for
@@ -425,228 +397,8 @@ pub(super) fn denied(
     })
 }
 
-/// The `Apply` step of the plan `what` describes. The status written before it starts
-/// records it (`status.activeRun`: runner, run id, plan) and `status.lastApplyStartedAt`, so
-/// that a driver that restarts mid-apply attaches to it instead of applying again, and nobody
-/// concludes after a crash that nothing was ever applied.
-pub(super) fn need_apply(run: &mut Run<'_>, what: ActiveRun) -> Flow<()> {
-    let records = &run.s.progress.records;
-    let started = match records.iter().position(|r| r.step == StepKind::Apply) {
-        None => run.s.now,
-        Some(0) => run.s.started_at,
-        Some(i) => records[i - 1].at,
-    };
-    run.st.last_apply_started_at = Some(started);
-    let run_id = format!("apply-{}", started.as_millisecond());
-    let attempted = run.s.progress.attempted(StepKind::Apply);
-    run.st.active_run = (!attempted).then(|| ActiveRun {
-        step: "Apply".into(),
-        runner: run.runner_ref(),
-        run_id: run_id.clone(),
-        started_at: started,
-        ..what
-    });
-    match run.need_phase(Step::Apply { run_id }, ConditionType::Apply) {
-        Flow::Go(_) => Flow::Go(()),
-        Flow::Stop(s) => Flow::Stop(s),
-    }
-}
-
-/// The plan an apply applies, for [`need_apply`].
-fn applying(
-    plan_id: &str,
-    digest: &str,
-    revision: &Revision,
-    inputs: &str,
-    destroy: bool,
-) -> ActiveRun {
-    ActiveRun {
-        plan_id: plan_id.to_string(),
-        plan_digest: digest.to_string(),
-        revision: revision.to_string(),
-        inputs_digest: inputs.to_string(),
-        destroy,
-        ..ActiveRun::default()
-    }
-}
-
-/// The destroy plan of a deletion, for [`need_apply`].
-pub(super) fn destroying(plan_id: &str, digest: &str, revision: &Revision) -> ActiveRun {
-    ActiveRun {
-        plan_id: plan_id.to_string(),
-        plan_digest: digest.to_string(),
-        revision: revision.to_string(),
-        destroy: true,
-        ..ActiveRun::default()
-    }
-}
-
-/// The recorded apply an earlier driver left under way succeeded: record it as this run's
-/// apply, then read outputs and run the health checks (the attached runner holds the working
-/// directory).
-fn resumed_apply(run: &mut Run<'_>, active: &ActiveRun) -> Flow<()> {
-    let message = format!(
-        "applied plan {} at {} (attached to run {} after the driver restarted)",
-        active.plan_id, active.revision, active.run_id
-    );
-    if let Flow::Stop(s) = record_applied(run, active, message.clone()) {
-        return Flow::Stop(s);
-    }
-    if let Flow::Stop(s) = outputs_and_health(run) {
-        return Flow::Stop(s);
-    }
-    run.set(
-        ConditionType::Ready,
-        ConditionStatus::True,
-        Reason::TerraformAppliedSucceed,
-        message,
-    );
-    Flow::Go(())
-}
-
-/// Records `what` as applied (by this run, or by the run attached to): the last applied
-/// revision, plan, content and inputs, and the `Apply` condition. A destroy ends the run: there
-/// are no outputs left to read.
-fn record_applied(run: &mut Run<'_>, what: &ActiveRun, message: String) -> Flow<()> {
-    run.st.last_applied_revision = Some(what.revision.clone());
-    if !what.inputs_digest.is_empty() {
-        run.st.last_applied_inputs_digest = Some(what.inputs_digest.clone());
-    }
-    run.st.plan.last_applied = what.plan_id.clone();
-    run.st.plan.last_applied_digest = what.plan_digest.clone();
-    if run.st.plan.pending == what.plan_id && run.st.plan.pending_digest == what.plan_digest {
-        run.st.plan = clear_pending(std::mem::take(&mut run.st.plan));
-    }
-    let reason = if what.destroy {
-        Reason::TerraformDestroySucceed
-    } else {
-        Reason::TerraformAppliedSucceed
-    };
-    run.set(
-        ConditionType::Apply,
-        ConditionStatus::True,
-        reason,
-        message.clone(),
-    );
-    if what.destroy {
-        run.st.inventory.clear();
-        run.st.available_outputs.clear();
-        run.set(
-            ConditionType::Ready,
-            ConditionStatus::True,
-            reason,
-            format!("destroyed everything: {message}"),
-        );
-        return Flow::Stop(Stop::End(End::Success));
-    }
-    Flow::Go(())
-}
-
-/// Goes on only when the plan may be applied; otherwise ends the run waiting for a human.
-fn approve(run: &mut Run<'_>, valid: &ValidSpec, plan_id: &str, planned: &Planned<'_>) -> Flow<()> {
-    let (status, message) = match approval(run, valid, plan_id, planned.digest) {
-        Approval::Approved => return Flow::Go(()),
-        // Planning is all that was asked: done, not waiting.
-        Approval::PlanOnly => (
-            ConditionStatus::True,
-            format!("{}; planOnly: never applied", planned.label),
-        ),
-        Approval::Waiting(message) => (ConditionStatus::Unknown, message),
-    };
-    run.set(
-        ConditionType::Ready,
-        status,
-        Reason::TerraformPlannedWithChanges,
-        message,
-    );
-    Flow::Stop(Stop::End(End::Success))
-}
-
-enum Approval {
-    Approved,
-    Waiting(String),
-    PlanOnly,
-}
-
-/// Whether this fresh plan may be applied. With `approvePlan: auto` or `spec.force`, yes; with
-/// `planOnly`, never. Otherwise only when a human approved it after seeing it pending: the
-/// plan with this id and content was pending before this run, and `spec.approvePlan` or the
-/// approve annotation was changed to its id since it became pending (see
-/// [`crate::api::annotations`]). An approved plan whose re-made content differs is not applied:
-/// it becomes the new pending plan ([`record_pending`] has recorded the approvals as seen).
-fn approval(run: &Run<'_>, valid: &ValidSpec, plan_id: &str, digest: &str) -> Approval {
-    let object = &run.s.object;
-    let spec = &object.spec;
-    if spec.plan_only {
-        return Approval::PlanOnly;
-    }
-    if spec.force || valid.approve == ApprovePlan::Auto {
-        return Approval::Approved;
-    }
-    let start = run.start();
-    let how = format!(
-        "review it, then set the {} annotation to {plan_id}@<a new token> with a new {} value, or change spec.approvePlan to {plan_id}",
-        annotations::APPROVE,
-        annotations::RECONCILE
-    );
-    let was_pending = start.plan.pending == plan_id && !start.plan.pending_digest.is_empty();
-    let by_spec = matches!(&valid.approve, ApprovePlan::Plan(id) if id == plan_id)
-        .then_some(spec.approve_plan != start.plan.seen_approve_plan);
-    let annotation = object.annotation(annotations::APPROVE);
-    let by_annotation = annotation
-        .filter(|v| annotations::approved_plan_id(v) == plan_id)
-        .map(|v| v != start.plan.seen_approval);
-    let given = by_spec == Some(true) || by_annotation == Some(true);
-    if was_pending && given {
-        if start.plan.pending_digest == digest {
-            return Approval::Approved;
-        }
-        return Approval::Waiting(format!(
-            "plan {plan_id} changed since it was approved (it would now do something else): nothing was applied; {how}"
-        ));
-    }
-    if given || by_spec.is_some() || by_annotation.is_some() {
-        let what = if was_pending {
-            "was given before this plan was made, or was used already"
-        } else {
-            "was given before this plan was made"
-        };
-        return Approval::Waiting(format!(
-            "plan {plan_id} awaits approval: the approval present {what}, so it does not count; {how}"
-        ));
-    }
-    let other = match (&valid.approve, annotation) {
-        (_, Some(v)) => Some(v),
-        (ApprovePlan::Plan(id), None) => Some(id.as_str()),
-        _ => None,
-    };
-    match other {
-        Some(v) => Approval::Waiting(format!(
-            "approval {v} does not match the pending plan {plan_id}; {how}"
-        )),
-        None => Approval::Waiting(format!("plan {plan_id} awaits approval: {how}")),
-    }
-}
-
-/// Applies the plan just made and records it (and the inputs it was made from) as the last
-/// applied one.
-fn apply(
-    run: &mut Run<'_>,
-    revision: &Revision,
-    inputs: &str,
-    plan_id: &str,
-    planned: &Planned<'_>,
-) -> Flow<()> {
-    let destroy = run.s.object.spec.destroy;
-    let what = applying(plan_id, planned.digest, revision, inputs, destroy);
-    if let Flow::Stop(s) = need_apply(run, what.clone()) {
-        return Flow::Stop(s);
-    }
-    record_applied(run, &what, format!("applied {}", planned.label))
-}
-
 /// Outputs (and the outputs Secret), inventory, then health checks.
-fn outputs_and_health(run: &mut Run<'_>) -> Flow<()> {
+pub(super) fn outputs_and_health(run: &mut Run<'_>) -> Flow<()> {
     match run.need_phase(Step::Outputs, ConditionType::Output) {
         Flow::Go((
             Outcome::OutputsRead {
@@ -695,7 +447,7 @@ fn outputs_and_health(run: &mut Run<'_>) -> Flow<()> {
     }
 }
 
-fn clear_pending(plan: crate::api::PlanStatus) -> crate::api::PlanStatus {
+pub(super) fn clear_pending(plan: crate::api::PlanStatus) -> crate::api::PlanStatus {
     crate::api::PlanStatus {
         last_applied: plan.last_applied,
         last_applied_digest: plan.last_applied_digest,
