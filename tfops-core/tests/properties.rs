@@ -58,6 +58,8 @@ enum Action {
     TogglePolicy,
     /// Every runner disappears (Pods deleted): recorded runs can no longer be attached to.
     LoseRunners,
+    /// The driver of the next successful apply dies right after it.
+    CrashAfterApply,
 }
 
 fn edit() -> impl Strategy<Value = Edit> {
@@ -129,6 +131,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => (0usize..6).prop_filter_map("rare", |o| (o < 2).then_some(o)).prop_map(Action::Delete),
         1 => Just(Action::TogglePolicy),
         1 => Just(Action::LoseRunners),
+        2 => Just(Action::CrashAfterApply),
     ]
 }
 
@@ -323,6 +326,7 @@ impl Model {
             Action::LockState(i) => w.lock_state(&self.keys[i], "lock-1", "crashed-runner"),
             Action::Delete(i) => w.delete(&self.keys[i]),
             Action::LoseRunners => w.lose_runners(),
+            Action::CrashAfterApply => w.crash_after_next_apply(),
             Action::TogglePolicy => {
                 let mut l = w.lock();
                 if l.policies.is_empty() {
@@ -420,6 +424,27 @@ impl Model {
         // (or none) is pending, it is void.
         if self.approved[i].is_some() && self.pending_view(i).map(|(_, c)| c) != self.approved[i] {
             self.approved[i] = None;
+        }
+
+        // Nothing runs twice: an apply recorded as under way (its driver stopped) is attached to
+        // before anything else runs, and nothing is applied unless that runner is gone.
+        if before.status.active_run.is_some() && !deleting {
+            let gone = before
+                .status
+                .active_run
+                .as_ref()
+                .is_some_and(|a| w.lock().gone_runners.contains(&a.runner));
+            if let Some(first) = calls.first()
+                && !gone
+            {
+                prop_assert_eq!(first.op, FakeOp::Attach, "ran {:?} before attaching", calls);
+            }
+            if calls.iter().any(|c| c.op == FakeOp::Apply) {
+                prop_assert!(
+                    gone,
+                    "applied again while the recorded apply's runner lives"
+                );
+            }
         }
 
         // Nothing a Deny policy forbids is applied: with the guard policy in place, an apply

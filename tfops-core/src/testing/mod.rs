@@ -20,6 +20,18 @@ use crate::reconcile::{DependencyState, DependencyView, Driver, DriverError, Run
 
 pub use runner::FakeSession;
 
+/// A driver crash to simulate ([`FakeWorld::crash_after_next_apply`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Crash {
+    /// None.
+    #[default]
+    No,
+    /// The next successful apply is followed by the driver dying.
+    Armed,
+    /// An apply succeeded: the next status write fails, and the driver stops.
+    Applied,
+}
+
 /// The name of the runner of fake session `n` ([`crate::ports::RunnerSession::runner`]).
 pub fn runner_ref(n: usize) -> String {
     format!("fake-runner-{n}")
@@ -108,6 +120,8 @@ pub struct WorldState {
     pub runs: BTreeMap<String, Result<(), PortError>>,
     /// Runners that are gone ([`FakeWorld::lose_runners`]): attaching to them finds nothing.
     pub gone_runners: std::collections::BTreeSet<String>,
+    /// A driver crash armed with [`FakeWorld::crash_after_next_apply`].
+    pub crash: Crash,
     /// How many status writes succeeded.
     pub status_writes: usize,
     /// `TerraformPolicy` objects.
@@ -296,6 +310,12 @@ impl FakeWorld {
     pub fn lock_state(&self, key: &ObjectKey, lock_id: &str, holder: &str) {
         let mut w = self.lock();
         w.infra.entry(key.clone()).or_default().lock = Some((lock_id.into(), holder.into()));
+    }
+
+    /// The driver that makes the next successful apply dies right after it (before it can
+    /// write anything more), leaving the status as it was written before the apply.
+    pub fn crash_after_next_apply(&self) {
+        self.lock().crash = Crash::Armed;
     }
 
     /// Every runner started so far disappears (its Pod deleted, the machine restarted): runs

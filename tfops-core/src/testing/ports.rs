@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{FakeOp, FakeSession, FakeWorld, add};
+use super::{Crash, FakeOp, FakeSession, FakeWorld, add};
 use crate::api::{
     FINALIZER, ObjectKey, SourceRef, TerraformObject, TerraformStatus, VarsFromKind,
     WriteOutputsToSecret,
@@ -217,6 +217,11 @@ impl ObjectWriter for FakeWorld {
     ) -> Result<(), PortError> {
         self.check(FakeOp::WriteStatus)?;
         let mut w = self.lock();
+        if w.crash == Crash::Applied {
+            // The driver dies right after its apply: nothing more of its run is written.
+            w.crash = Crash::No;
+            return Err(PortError::Unavailable("the driver was killed".into()));
+        }
         let o = w
             .objects
             .get_mut(object)

@@ -56,6 +56,9 @@ impl FakeSession {
         let infra = w.infra.entry(self.object.clone()).or_default();
         infra.real = planned.clone();
         infra.state = planned;
+        if w.crash == super::Crash::Armed {
+            w.crash = super::Crash::Applied;
+        }
         Ok(())
     }
 
