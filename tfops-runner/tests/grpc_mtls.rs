@@ -343,3 +343,32 @@ async fn a_pki_saved_and_loaded_by_a_restarted_controller_keeps_its_runners() {
         "{refused}"
     );
 }
+
+#[tokio::test]
+async fn home_file_mappings_are_removed_at_cleanup() {
+    let pki = pki();
+    let runner = start_runner(server_tls(&pki, "team-a")).await;
+    let tree = tempfile::tempdir().unwrap();
+    write_config(tree.path(), "");
+    let request = SetupRequest {
+        object: object(""),
+        artifact: artifact(tree.path()),
+        inputs: ResolvedInputs {
+            files: vec![tfops_core::ports::ResolvedFile {
+                location: tfops_core::api::FileLocation::Home,
+                path: ".config/cloud/credentials".into(),
+                content: b"secret".to_vec(),
+            }],
+            ..Default::default()
+        },
+    };
+    let mut s = session(runner.addr, &pki, "home-1").await;
+    s.setup(&request).await.unwrap();
+    let mapped = runner.home.join(".config/cloud/credentials");
+    assert_eq!(std::fs::read(&mapped).unwrap(), b"secret");
+    s.cleanup().await.unwrap();
+    assert!(
+        !mapped.exists(),
+        "a credential left in the runner's home after the run"
+    );
+}

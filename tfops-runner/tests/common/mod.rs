@@ -91,6 +91,8 @@ pub fn pki() -> Pki {
 /// A runner server on 127.0.0.1, port 0, stopped when dropped.
 pub struct Runner {
     pub addr: SocketAddr,
+    /// The runner's home directory (`location: home` file mappings).
+    pub home: PathBuf,
     _dir: tempfile::TempDir,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
@@ -120,6 +122,7 @@ pub async fn start_runner(tls: ServerTls) -> Runner {
     });
     Runner {
         addr,
+        home: dir.path().join("home"),
         _dir: dir,
         _stop: stop,
     }
