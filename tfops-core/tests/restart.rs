@@ -181,3 +181,19 @@ async fn force_unlock_auto_never_breaks_a_lock_of_this_objects_own_runner() {
     assert_eq!(w.calls_of(&key, FakeOp::Unlock), 1);
     assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
 }
+
+#[tokio::test]
+async fn deletion_that_keeps_the_resources_does_not_wait_for_a_recorded_apply() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    apply_and_die(&w, &key).await;
+    // The runner of the recorded apply cannot be reached; deletion needs none.
+    w.fail_always(
+        FakeOp::Attach,
+        PortError::Unavailable("connection refused".into()),
+    );
+    w.delete(&key);
+    reconcile(&w, &key).await;
+    assert!(w.object(&key).is_none(), "deleted without the runner");
+    assert_eq!(w.calls_of(&key, FakeOp::Attach), 0);
+}

@@ -73,11 +73,6 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
     if let Some(v) = reconcile_value {
         run.st.last_handled_reconcile_at = Some(v.to_string());
     }
-    // A destroy (or apply) an earlier driver left under way is awaited first; whatever its
-    // result, the destroy below plans from the state again.
-    if let super::flow::Flow::Stop(stop) = run.resume() {
-        return run.finish(stop);
-    }
     run.set(
         ConditionType::Reconciling,
         ConditionStatus::True,
@@ -102,6 +97,10 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
             Reason::Finalizing,
             "destroying resources before deletion",
         );
+        // An apply (or destroy) an earlier driver left under way is awaited first: whatever its
+        // result, the destroy below plans from the state again. (Without a destroy the
+        // deletion needs no runner, so it does not wait for one.)
+        go!(run, run.resume());
         let revision = go!(run, run.resolve());
         go!(run, run.prepare());
         go!(run, destroy_through_plan(&mut run, &revision));
