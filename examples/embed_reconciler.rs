@@ -95,7 +95,12 @@ async fn cycle() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
     let pending = current(&world, &key)?.status.plan.pending;
-    world.annotate(&key, annotations::APPROVE, &pending);
+    // What Argo CD's approve action sets: the id with a fresh token (an approval counts once).
+    world.annotate(
+        &key,
+        annotations::APPROVE,
+        &format!("{pending}@2026-11-29T09:30:00Z"),
+    );
     world.annotate(&key, annotations::RECONCILE, "2026-11-29T09:30:00Z");
     step(
         &world,
