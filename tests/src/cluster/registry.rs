@@ -1,0 +1,231 @@
+//! The generic registry: what create, get, list, update and delete do to an object's metadata,
+//! the way the real server's generic registry does (`uid` and `creationTimestamp` set on
+//! create; `resourceVersion` from the store; a stale `resourceVersion` refused; `generation`
+//! starting at 1 and bumped when anything but metadata and status changes).
+
+use serde_json::{Value, json};
+
+use super::errors::ApiError;
+use super::store::{Key, Store};
+
+/// A kind the server serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resource {
+    /// The API group (empty for the core group).
+    pub group: &'static str,
+    /// The version.
+    pub version: &'static str,
+    /// The plural resource name in paths.
+    pub plural: &'static str,
+    /// The kind.
+    pub kind: &'static str,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+}
+
+impl Resource {
+    /// `v1` or `group/version`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    fn store_name(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    fn key(&self, namespace: &str, name: &str) -> Key {
+        Key {
+            resource: self.store_name(),
+            namespace: if self.namespaced {
+                namespace.to_string()
+            } else {
+                String::new()
+            },
+            name: name.to_string(),
+        }
+    }
+}
+
+/// The built-in kinds served so far.
+pub const BUILT_IN: &[Resource] = &[
+    Resource {
+        group: "",
+        version: "v1",
+        plural: "namespaces",
+        kind: "Namespace",
+        namespaced: false,
+    },
+    Resource {
+        group: "",
+        version: "v1",
+        plural: "secrets",
+        kind: "Secret",
+        namespaced: true,
+    },
+    Resource {
+        group: "",
+        version: "v1",
+        plural: "configmaps",
+        kind: "ConfigMap",
+        namespaced: true,
+    },
+];
+
+fn name_of(object: &Value) -> Result<String, ApiError> {
+    object["metadata"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| ApiError::bad_request("metadata.name is required"))
+}
+
+/// Creates `object` in `namespace`.
+///
+/// # Errors
+/// 409 `AlreadyExists`; 400 for a body without a name or of another kind.
+pub fn create(
+    store: &mut Store,
+    r: &Resource,
+    namespace: &str,
+    mut object: Value,
+    uid: String,
+    now: jiff::Timestamp,
+) -> Result<Value, ApiError> {
+    check_kind(r, &object)?;
+    let name = name_of(&object)?;
+    let key = r.key(namespace, &name);
+    if store.get(&key).is_some() {
+        return Err(ApiError::already_exists(r.plural, r.group, &name));
+    }
+    let metadata = object["metadata"]
+        .as_object_mut()
+        .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
+    if r.namespaced {
+        metadata.insert("namespace".into(), json!(namespace));
+    }
+    metadata.insert("uid".into(), json!(uid));
+    metadata.insert("creationTimestamp".into(), json!(now.to_string()));
+    metadata.insert("generation".into(), json!(1));
+    metadata.remove("resourceVersion");
+    metadata.remove("deletionTimestamp");
+    object["apiVersion"] = json!(r.api_version());
+    object["kind"] = json!(r.kind);
+    Ok(store.put(key, object))
+}
+
+/// The object `name`.
+///
+/// # Errors
+/// 404 `NotFound`.
+pub fn get(store: &Store, r: &Resource, namespace: &str, name: &str) -> Result<Value, ApiError> {
+    store
+        .get(&r.key(namespace, name))
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(r.plural, r.group, name))
+}
+
+/// Every object of the resource (in `namespace` when given), as a `<Kind>List`.
+pub fn list(store: &Store, r: &Resource, namespace: Option<&str>) -> Value {
+    json!({
+        "kind": format!("{}List", r.kind),
+        "apiVersion": r.api_version(),
+        "metadata": {"resourceVersion": store.version().to_string()},
+        "items": store.list(&r.store_name(), namespace),
+    })
+}
+
+/// Replaces the object `name` with `object` (a PUT). A `resourceVersion` in the body must be
+/// the current one; none means an unconditional update, as the real server allows for these
+/// kinds. What the server owns (`uid`, `creationTimestamp`, `generation`) is kept.
+///
+/// # Errors
+/// 404 `NotFound`; 409 `Conflict` for a stale `resourceVersion`; 400 for a body naming
+/// another object.
+pub fn update(
+    store: &mut Store,
+    r: &Resource,
+    namespace: &str,
+    name: &str,
+    mut object: Value,
+) -> Result<Value, ApiError> {
+    check_kind(r, &object)?;
+    if name_of(&object)? != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            name_of(&object)?
+        )));
+    }
+    let key = r.key(namespace, name);
+    let current = store
+        .get(&key)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(r.plural, r.group, name))?;
+    if let Some(v) = object["metadata"]["resourceVersion"].as_str()
+        && !v.is_empty()
+        && Some(v) != current["metadata"]["resourceVersion"].as_str()
+    {
+        return Err(ApiError::conflict(r.plural, r.group, name));
+    }
+    for owned in ["uid", "creationTimestamp", "namespace", "deletionTimestamp"] {
+        match current["metadata"].get(owned) {
+            Some(v) => object["metadata"][owned] = v.clone(),
+            None => {
+                if let Some(m) = object["metadata"].as_object_mut() {
+                    m.remove(owned);
+                }
+            }
+        }
+    }
+    let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
+    let changed = without_metadata(&current) != without_metadata(&object);
+    object["metadata"]["generation"] = json!(if changed { generation + 1 } else { generation });
+    object["apiVersion"] = json!(r.api_version());
+    object["kind"] = json!(r.kind);
+    Ok(store.put(key, object))
+}
+
+/// Deletes the object `name` (finalizers come with the next step of the server); gives it.
+///
+/// # Errors
+/// 404 `NotFound`.
+pub fn delete(
+    store: &mut Store,
+    r: &Resource,
+    namespace: &str,
+    name: &str,
+) -> Result<Value, ApiError> {
+    store
+        .remove(&r.key(namespace, name))
+        .ok_or_else(|| ApiError::not_found(r.plural, r.group, name))
+}
+
+fn check_kind(r: &Resource, object: &Value) -> Result<(), ApiError> {
+    match object["kind"].as_str() {
+        None | Some("") => Ok(()),
+        Some(k) if k == r.kind => Ok(()),
+        Some(k) => Err(ApiError::bad_request(format!(
+            "the body is a {k}, not a {}",
+            r.kind
+        ))),
+    }
+}
+
+/// The object without `metadata` and `status`: what bumps `generation` when it changes.
+fn without_metadata(object: &Value) -> Value {
+    let mut o = object.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    o
+}

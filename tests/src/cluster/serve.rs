@@ -1,0 +1,115 @@
+//! HTTPS on 127.0.0.1 with a CA made at start, and authentication by bearer token.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::Value;
+
+use super::errors::ApiError;
+use super::handlers;
+use super::store::Store;
+
+/// What every connection shares.
+pub(super) struct Shared {
+    pub store: Mutex<Store>,
+    pub admin_token: String,
+    pub uids: std::sync::atomic::AtomicU64,
+}
+
+fn lock(store: &Mutex<Store>) -> std::sync::MutexGuard<'_, Store> {
+    // A panic in one request cannot leave the store half-written in a way later requests
+    // care about; keep serving.
+    store.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn json_response(code: u16, body: &Value) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() =
+        hyper::StatusCode::from_u16(code).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let authorized = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t == shared.admin_token);
+    if !authorized {
+        let e = ApiError::unauthorized();
+        return json_response(e.code, &e.status());
+    }
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    if path == "/version" {
+        return json_response(200, &handlers::version());
+    }
+    let target = match handlers::target(&path) {
+        Ok(t) => t,
+        Err(e) => return json_response(e.code, &e.status()),
+    };
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            let e = ApiError::bad_request(format!("reading the body: {e}"));
+            return json_response(e.code, &e.status());
+        }
+    };
+    let uid = || {
+        let n = shared
+            .uids
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("00000000-0000-4000-8000-{n:012x}")
+    };
+    let result = handlers::handle(
+        &mut lock(&shared.store),
+        &method,
+        &target,
+        &body,
+        uid,
+        jiff::Timestamp::now(),
+    );
+    match result {
+        Ok((code, body)) => json_response(code, &body),
+        Err(e) => json_response(e.code, &e.status()),
+    }
+}
+
+/// Accepts TLS connections on `listener` and serves each (HTTP/1.1 or HTTP/2).
+pub(super) async fn accept(
+    listener: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    shared: Arc<Shared>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    while let Ok((tcp, _)) = listener.accept().await {
+        let (acceptor, shared) = (acceptor.clone(), shared.clone());
+        tokio::spawn(async move {
+            let Ok(stream) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service = hyper::service::service_fn(move |req| {
+                let shared = shared.clone();
+                async move { Ok::<_, std::convert::Infallible>(respond(shared, req).await) }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// The address a listener on 127.0.0.1 port 0 got.
+pub(super) fn local(listener: &tokio::net::TcpListener) -> std::io::Result<SocketAddr> {
+    listener.local_addr()
+}

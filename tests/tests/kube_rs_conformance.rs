@@ -1,0 +1,162 @@
+//! The loopback API server judged by kube-rs, unchanged: what kube-rs sends and what it makes of
+//! the answers (typed objects, `ErrorResponse` reasons) must be what a real server gives.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tests::cluster::LoopbackCluster;
+
+async fn client(cluster: &LoopbackCluster) -> kube::Client {
+    let kubeconfig = Kubeconfig::from_yaml(&cluster.kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+fn secret(name: &str, value: &str) -> Secret {
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        string_data: None,
+        data: Some(BTreeMap::from([(
+            "password".to_string(),
+            k8s_openapi::ByteString(value.as_bytes().to_vec()),
+        )])),
+        ..Default::default()
+    }
+}
+
+fn reason(e: &kube::Error) -> (u16, String) {
+    match e {
+        kube::Error::Api(s) => (s.code, s.reason.clone()),
+        other => panic!("not an API error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn kube_rs_creates_reads_lists_replaces_and_deletes_with_real_errors() {
+    let cluster = LoopbackCluster::start().await.unwrap();
+    let client = client(&cluster).await;
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(version.major, "1");
+
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some("team-a".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    assert!(
+        namespaces
+            .get("team-a")
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .is_some()
+    );
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "team-a");
+    let created = secrets
+        .create(&PostParams::default(), &secret("db", "one"))
+        .await
+        .unwrap();
+    let meta = &created.metadata;
+    assert!(meta.uid.as_deref().is_some_and(|u| !u.is_empty()));
+    assert!(meta.creation_timestamp.is_some());
+    assert_eq!(meta.namespace.as_deref(), Some("team-a"));
+    let v1 = meta.resource_version.clone().unwrap();
+
+    let again = secrets
+        .create(&PostParams::default(), &secret("db", "two"))
+        .await;
+    assert_eq!(reason(&again.unwrap_err()), (409, "AlreadyExists".into()));
+
+    let got = secrets.get("db").await.unwrap();
+    assert_eq!(got.data.unwrap()["password"].0, b"one");
+
+    // A replace from the current version succeeds and moves the version on...
+    let mut next = secrets.get("db").await.unwrap();
+    next.data = secret("db", "two").data;
+    let replaced = secrets
+        .replace("db", &PostParams::default(), &next)
+        .await
+        .unwrap();
+    let v2 = replaced.metadata.resource_version.clone().unwrap();
+    assert!(v2.parse::<u64>().unwrap() > v1.parse::<u64>().unwrap());
+    // ...and one from the stale version is a Conflict, as optimistic concurrency needs.
+    let mut stale = next.clone();
+    stale.metadata.resource_version = Some(v1);
+    let conflict = secrets.replace("db", &PostParams::default(), &stale).await;
+    assert_eq!(reason(&conflict.unwrap_err()), (409, "Conflict".into()));
+
+    // Lists in the namespace, across namespaces, and of another kind.
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "team-a");
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("settings".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("a".to_string(), "1".to_string())])),
+        ..Default::default()
+    };
+    configmaps
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let listed = secrets.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert!(listed.metadata.resource_version.is_some());
+    let everywhere: Api<Secret> = Api::all(client.clone());
+    assert_eq!(
+        everywhere
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+
+    let missing = secrets.get("nope").await;
+    assert_eq!(reason(&missing.unwrap_err()), (404, "NotFound".into()));
+    secrets
+        .delete("db", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        reason(&secrets.get("db").await.unwrap_err()),
+        (404, "NotFound".into())
+    );
+    assert!(secrets.get_opt("db").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_request_without_the_token_is_unauthorized() {
+    let cluster = LoopbackCluster::start().await.unwrap();
+    let wrong = cluster
+        .kubeconfig()
+        .replace(&cluster.admin_token, "someone-else");
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::from_yaml(&wrong).unwrap(),
+        &KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client, "team-a");
+    let err = secrets.list(&ListParams::default()).await.unwrap_err();
+    assert_eq!(reason(&err), (401, "Unauthorized".into()));
+}
