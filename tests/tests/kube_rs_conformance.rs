@@ -160,3 +160,47 @@ async fn a_request_without_the_token_is_unauthorized() {
     let err = secrets.list(&ListParams::default()).await.unwrap_err();
     assert_eq!(reason(&err), (401, "Unauthorized".into()));
 }
+
+/// kube-rs' watcher (what `Controller` and reflectors stand on): the initial list, then every
+/// change in order, from one `resourceVersion` sequence.
+#[tokio::test]
+async fn kube_rs_watcher_sees_the_initial_list_then_every_change() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let cluster = LoopbackCluster::start().await.unwrap();
+    let client = client(&cluster).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "team-a");
+    secrets
+        .create(&PostParams::default(), &secret("a", "one"))
+        .await
+        .unwrap();
+    let mut events = watcher::watcher(secrets.clone(), watcher::Config::default()).boxed();
+    let mut next = async || {
+        tokio::time::timeout(std::time::Duration::from_secs(10), events.next())
+            .await
+            .expect("an event within 10 s")
+            .expect("the stream goes on")
+            .expect("no watch error")
+    };
+    assert!(matches!(next().await, Event::Init));
+    assert!(matches!(next().await, Event::InitApply(s) if s.metadata.name.as_deref() == Some("a")));
+    assert!(matches!(next().await, Event::InitDone));
+
+    secrets
+        .create(&PostParams::default(), &secret("b", "two"))
+        .await
+        .unwrap();
+    assert!(matches!(next().await, Event::Apply(s) if s.metadata.name.as_deref() == Some("b")));
+    let mut a = secrets.get("a").await.unwrap();
+    a.data = secret("a", "changed").data;
+    secrets
+        .replace("a", &PostParams::default(), &a)
+        .await
+        .unwrap();
+    match next().await {
+        Event::Apply(s) => assert_eq!(s.data.unwrap()["password"].0, b"changed"),
+        other => panic!("{other:?}"),
+    }
+    secrets.delete("b", &DeleteParams::default()).await.unwrap();
+    assert!(matches!(next().await, Event::Delete(s) if s.metadata.name.as_deref() == Some("b")));
+}

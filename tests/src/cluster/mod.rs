@@ -10,8 +10,10 @@
 //! Served so far: `/version`; Namespaces, Secrets and ConfigMaps (get, list in a namespace and
 //! across namespaces, create, update with `resourceVersion` preconditions, delete) with
 //! `uid`, `creationTimestamp`, `generation` and the real `Status` errors (`NotFound`,
-//! `AlreadyExists`, `Conflict`, `BadRequest`, `Unauthorized`, `MethodNotAllowed`). Not yet:
-//! watch, patches and server-side apply, status subresources, finalizers and garbage
+//! `AlreadyExists`, `Conflict`, `BadRequest`, `Unauthorized`, `MethodNotAllowed`); watches
+//! from a `resourceVersion` (or from the current objects) with `timeoutSeconds`, fed by the
+//! store's change log. Not yet: label and field selectors, `limit`/`continue`, bookmarks, `410
+//! Gone`, patches and server-side apply, status subresources, finalizers and garbage
 //! collection, CRDs, discovery beyond `/version`, protobuf, RBAC, quota, the kubelet.
 
 pub mod errors;

@@ -33,7 +33,8 @@ impl Resource {
         }
     }
 
-    fn store_name(&self) -> String {
+    /// The name the store files it under.
+    pub fn store_name(&self) -> String {
         if self.group.is_empty() {
             self.plural.to_string()
         } else {
@@ -140,6 +141,35 @@ pub fn list(store: &Store, r: &Resource, namespace: Option<&str>) -> Value {
         "metadata": {"resourceVersion": store.version().to_string()},
         "items": store.list(&r.store_name(), namespace),
     })
+}
+
+/// The watch events of the resource (in `namespace` when given) after `since`, as
+/// `{"type", "object"}` values, and the `resourceVersion` they reach. `since` = `None` (no
+/// `resourceVersion`, or `"0"`) starts with an `ADDED` event for every current object, as the
+/// real server does.
+pub fn watch_events(
+    store: &Store,
+    r: &Resource,
+    namespace: Option<&str>,
+    since: Option<u64>,
+) -> (Vec<Value>, u64) {
+    let resource = r.store_name();
+    let events = match since {
+        None => store
+            .list(&resource, namespace)
+            .into_iter()
+            .map(|o| json!({"type": "ADDED", "object": o}))
+            .collect(),
+        Some(v) => store
+            .changes_since(v)
+            .iter()
+            .filter(|c| {
+                c.key.resource == resource && namespace.is_none_or(|ns| c.key.namespace == ns)
+            })
+            .map(|c| json!({"type": c.kind, "object": c.object}))
+            .collect(),
+    };
+    (events, store.version())
 }
 
 /// Replaces the object `name` with `object` (a PUT). A `resourceVersion` in the body must be

@@ -4,7 +4,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -27,8 +28,10 @@ fn lock(store: &Mutex<Store>) -> std::sync::MutexGuard<'_, Store> {
     store.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn json_response(code: u16, body: &Value) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+type Body = BoxBody<Bytes, std::convert::Infallible>;
+
+fn json_response(code: u16, body: &Value) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
     *response.status_mut() =
         hyper::StatusCode::from_u16(code).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
     response.headers_mut().insert(
@@ -38,7 +41,74 @@ fn json_response(code: u16, body: &Value) -> Response<Full<Bytes>> {
     response
 }
 
-async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// The query's `key=value` pairs (values as sent; ours carry no escapes that matter yet).
+fn query(req: &Request<Incoming>) -> std::collections::BTreeMap<String, String> {
+    req.uri()
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|p| p.split_once('=').or(Some((p, ""))))
+        .filter(|(k, _)| !k.is_empty())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A watch: events as JSON lines, from `resourceVersion` on, until `timeoutSeconds` (the real
+/// server's default is a few minutes; 30 s here) or the client goes.
+fn watch(
+    shared: Arc<Shared>,
+    target: handlers::Target,
+    q: &std::collections::BTreeMap<String, String>,
+) -> Response<Body> {
+    let since = q
+        .get("resourceVersion")
+        .filter(|v| !v.is_empty() && *v != "0")
+        .and_then(|v| v.parse::<u64>().ok());
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(30);
+    let (tx, rx) = tokio::sync::mpsc::channel::<
+        Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
+    >(64);
+    tokio::spawn(async move {
+        let deadline = tokio::time::sleep(std::time::Duration::from_secs(timeout));
+        tokio::pin!(deadline);
+        let mut changed = lock(&shared.store).subscribe();
+        let mut since = since;
+        loop {
+            let (events, reached) = {
+                let store = lock(&shared.store);
+                super::registry::watch_events(
+                    &store,
+                    &target.resource,
+                    target.namespace.as_deref(),
+                    since,
+                )
+            };
+            for event in events {
+                let line = Bytes::from(format!("{event}\n"));
+                if tx.send(Ok(hyper::body::Frame::data(line))).await.is_err() {
+                    return;
+                }
+            }
+            since = Some(reached);
+            tokio::select! {
+                _ = changed.changed() => {}
+                () = &mut deadline => return,
+            }
+        }
+    });
+    let mut response =
+        Response::new(StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx)).boxed());
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let authorized = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
@@ -58,6 +128,13 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<B
         Ok(t) => t,
         Err(e) => return json_response(e.code, &e.status()),
     };
+    let q = query(&req);
+    if method == "GET"
+        && target.name.is_none()
+        && q.get("watch").is_some_and(|v| v == "1" || v == "true")
+    {
+        return watch(shared, target, &q);
+    }
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {

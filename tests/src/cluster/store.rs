@@ -32,17 +32,35 @@ pub struct Change {
 }
 
 /// The objects and the change log.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Store {
     version: u64,
     objects: BTreeMap<Key, Value>,
     log: Vec<Change>,
+    /// Told every new `resourceVersion`: what watches wait on.
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self {
+            version: 0,
+            objects: BTreeMap::new(),
+            log: Vec::new(),
+            changed: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl Store {
     /// The latest `resourceVersion`.
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// A receiver told of every new `resourceVersion`.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// The object at `key`.
@@ -76,6 +94,7 @@ impl Store {
             object: object.clone(),
             version: self.version,
         });
+        self.changed.send_replace(self.version);
         object
     }
 
@@ -90,6 +109,7 @@ impl Store {
             object: object.clone(),
             version: self.version,
         });
+        self.changed.send_replace(self.version);
         Some(object)
     }
 
