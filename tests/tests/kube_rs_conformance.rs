@@ -204,3 +204,64 @@ async fn kube_rs_watcher_sees_the_initial_list_then_every_change() {
     secrets.delete("b", &DeleteParams::default()).await.unwrap();
     assert!(matches!(next().await, Event::Delete(s) if s.metadata.name.as_deref() == Some("b")));
 }
+
+#[tokio::test]
+async fn kube_rs_lists_and_watches_by_label_selector() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let cluster = LoopbackCluster::start().await.unwrap();
+    let client = client(&cluster).await;
+    let secrets: Api<Secret> = Api::namespaced(client, "team-a");
+    for (name, tier) in [("a", "prod"), ("b", "dev"), ("c", "prod")] {
+        let mut s = secret(name, "x");
+        s.metadata.labels = Some(BTreeMap::from([
+            ("tier".to_string(), tier.to_string()),
+            (
+                "app.kubernetes.io/managed-by".to_string(),
+                "tfops".to_string(),
+            ),
+        ]));
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
+    let names = |list: kube::api::ObjectList<Secret>| -> Vec<String> {
+        list.items
+            .into_iter()
+            .filter_map(|s| s.metadata.name)
+            .collect()
+    };
+    let prod = secrets
+        .list(&ListParams::default().labels("tier=prod,app.kubernetes.io/managed-by"))
+        .await
+        .unwrap();
+    assert_eq!(names(prod), vec!["a", "c"]);
+    let not_prod = secrets
+        .list(&ListParams::default().labels("tier notin (prod)"))
+        .await
+        .unwrap();
+    assert_eq!(names(not_prod), vec!["b"]);
+
+    let config = watcher::Config::default().labels("tier=dev");
+    let mut events = watcher::watcher(secrets.clone(), config).boxed();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), events.next())
+            .await
+            .expect("an event within 10 s")
+            .unwrap()
+            .unwrap();
+        match event {
+            Event::InitApply(s) | Event::Apply(s) => seen.push(s.metadata.name.unwrap()),
+            Event::InitDone => {
+                let mut d = secret("d", "x");
+                d.metadata.labels = Some(BTreeMap::from([("tier".into(), "dev".into())]));
+                secrets
+                    .create(&PostParams::default(), &secret("e", "x"))
+                    .await
+                    .unwrap();
+                secrets.create(&PostParams::default(), &d).await.unwrap();
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(seen, vec!["b", "d"], "only what the selector selects");
+}

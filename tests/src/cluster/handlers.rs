@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::errors::ApiError;
 use super::registry::{self, BUILT_IN, Resource};
+use super::selectors::LabelSelector;
 use super::store::Store;
 
 /// What a request path names.
@@ -87,6 +88,7 @@ pub fn handle(
     store: &mut Store,
     method: &str,
     t: &Target,
+    selector: &LabelSelector,
     body: &[u8],
     uid: impl FnOnce() -> String,
     now: jiff::Timestamp,
@@ -99,7 +101,7 @@ pub fn handle(
     match (method, &t.name) {
         ("GET", None) => Ok((
             200,
-            registry::list(store, &t.resource, t.namespace.as_deref()),
+            registry::list(store, &t.resource, t.namespace.as_deref(), selector),
         )),
         ("GET", Some(name)) => registry::get(store, &t.resource, ns, name).map(|o| (200, o)),
         ("POST", None) => {

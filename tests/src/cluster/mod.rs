@@ -12,13 +12,14 @@
 //! `uid`, `creationTimestamp`, `generation` and the real `Status` errors (`NotFound`,
 //! `AlreadyExists`, `Conflict`, `BadRequest`, `Unauthorized`, `MethodNotAllowed`); watches
 //! from a `resourceVersion` (or from the current objects) with `timeoutSeconds`, fed by the
-//! store's change log. Not yet: label and field selectors, `limit`/`continue`, bookmarks, `410
+//! store's change log; label selectors on lists and watches. Not yet: field selectors, `limit`/`continue`, bookmarks, `410
 //! Gone`, patches and server-side apply, status subresources, finalizers and garbage
 //! collection, CRDs, discovery beyond `/version`, protobuf, RBAC, quota, the kubelet.
 
 pub mod errors;
 pub mod handlers;
 pub mod registry;
+pub mod selectors;
 mod serve;
 pub mod store;
 

@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 
 use super::errors::ApiError;
+use super::selectors::LabelSelector;
 use super::store::{Key, Store};
 
 /// A kind the server serves.
@@ -133,13 +134,24 @@ pub fn get(store: &Store, r: &Resource, namespace: &str, name: &str) -> Result<V
         .ok_or_else(|| ApiError::not_found(r.plural, r.group, name))
 }
 
-/// Every object of the resource (in `namespace` when given), as a `<Kind>List`.
-pub fn list(store: &Store, r: &Resource, namespace: Option<&str>) -> Value {
+/// Every object of the resource (in `namespace` when given) that `selector` selects, as a
+/// `<Kind>List`.
+pub fn list(
+    store: &Store,
+    r: &Resource,
+    namespace: Option<&str>,
+    selector: &LabelSelector,
+) -> Value {
+    let items: Vec<&Value> = store
+        .list(&r.store_name(), namespace)
+        .into_iter()
+        .filter(|o| selector.matches_object(o))
+        .collect();
     json!({
         "kind": format!("{}List", r.kind),
         "apiVersion": r.api_version(),
         "metadata": {"resourceVersion": store.version().to_string()},
-        "items": store.list(&r.store_name(), namespace),
+        "items": items,
     })
 }
 
@@ -151,6 +163,7 @@ pub fn watch_events(
     store: &Store,
     r: &Resource,
     namespace: Option<&str>,
+    selector: &LabelSelector,
     since: Option<u64>,
 ) -> (Vec<Value>, u64) {
     let resource = r.store_name();
@@ -158,13 +171,16 @@ pub fn watch_events(
         None => store
             .list(&resource, namespace)
             .into_iter()
+            .filter(|o| selector.matches_object(o))
             .map(|o| json!({"type": "ADDED", "object": o}))
             .collect(),
         Some(v) => store
             .changes_since(v)
             .iter()
             .filter(|c| {
-                c.key.resource == resource && namespace.is_none_or(|ns| c.key.namespace == ns)
+                c.key.resource == resource
+                    && namespace.is_none_or(|ns| c.key.namespace == ns)
+                    && selector.matches_object(&c.object)
             })
             .map(|c| json!({"type": c.kind, "object": c.object}))
             .collect(),

@@ -41,15 +41,10 @@ fn json_response(code: u16, body: &Value) -> Response<Body> {
     response
 }
 
-/// The query's `key=value` pairs (values as sent; ours carry no escapes that matter yet).
+/// The query's `key=value` pairs, decoded.
 fn query(req: &Request<Incoming>) -> std::collections::BTreeMap<String, String> {
-    req.uri()
-        .query()
-        .unwrap_or_default()
-        .split('&')
-        .filter_map(|p| p.split_once('=').or(Some((p, ""))))
-        .filter(|(k, _)| !k.is_empty())
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+    form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect()
 }
 
@@ -58,6 +53,7 @@ fn query(req: &Request<Incoming>) -> std::collections::BTreeMap<String, String> 
 fn watch(
     shared: Arc<Shared>,
     target: handlers::Target,
+    selector: super::selectors::LabelSelector,
     q: &std::collections::BTreeMap<String, String>,
 ) -> Response<Body> {
     let since = q
@@ -83,6 +79,7 @@ fn watch(
                     &store,
                     &target.resource,
                     target.namespace.as_deref(),
+                    &selector,
                     since,
                 )
             };
@@ -129,11 +126,17 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         Err(e) => return json_response(e.code, &e.status()),
     };
     let q = query(&req);
+    let selector = match super::selectors::LabelSelector::parse(
+        q.get("labelSelector").map(String::as_str).unwrap_or(""),
+    ) {
+        Ok(s) => s,
+        Err(e) => return json_response(e.code, &e.status()),
+    };
     if method == "GET"
         && target.name.is_none()
         && q.get("watch").is_some_and(|v| v == "1" || v == "true")
     {
-        return watch(shared, target, &q);
+        return watch(shared, target, selector, &q);
     }
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
@@ -152,6 +155,7 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         &mut lock(&shared.store),
         &method,
         &target,
+        &selector,
         &body,
         uid,
         jiff::Timestamp::now(),
