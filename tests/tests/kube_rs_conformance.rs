@@ -17,6 +17,18 @@ async fn client(cluster: &LoopbackCluster) -> kube::Client {
     kube::Client::try_from(config).unwrap()
 }
 
+/// A client, and the namespace `team-a` created.
+async fn client_in_team_a(cluster: &LoopbackCluster) -> kube::Client {
+    let client = client(cluster).await;
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("team-a".into());
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    client
+}
+
 fn secret(name: &str, value: &str) -> Secret {
     Secret {
         metadata: kube::api::ObjectMeta {
@@ -67,6 +79,12 @@ async fn kube_rs_creates_reads_lists_replaces_and_deletes_with_real_errors() {
             .uid
             .is_some()
     );
+
+    let nowhere: Api<Secret> = Api::namespaced(client.clone(), "nowhere");
+    let refused = nowhere
+        .create(&PostParams::default(), &secret("db", "one"))
+        .await;
+    assert_eq!(reason(&refused.unwrap_err()), (404, "NotFound".into()));
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "team-a");
     let created = secrets
@@ -168,7 +186,7 @@ async fn kube_rs_watcher_sees_the_initial_list_then_every_change() {
     use futures::StreamExt;
     use kube::runtime::watcher::{self, Event};
     let cluster = LoopbackCluster::start().await.unwrap();
-    let client = client(&cluster).await;
+    let client = client_in_team_a(&cluster).await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "team-a");
     secrets
         .create(&PostParams::default(), &secret("a", "one"))
@@ -210,7 +228,7 @@ async fn kube_rs_lists_and_watches_by_label_selector() {
     use futures::StreamExt;
     use kube::runtime::watcher::{self, Event};
     let cluster = LoopbackCluster::start().await.unwrap();
-    let client = client(&cluster).await;
+    let client = client_in_team_a(&cluster).await;
     let secrets: Api<Secret> = Api::namespaced(client, "team-a");
     for (name, tier) in [("a", "prod"), ("b", "dev"), ("c", "prod")] {
         let mut s = secret(name, "x");

@@ -82,6 +82,18 @@ impl ApiError {
         }
     }
 
+    /// 415 for a body in a media type the server does not read.
+    pub fn unsupported_media_type(media_type: &str) -> Self {
+        Self {
+            code: 415,
+            reason: "UnsupportedMediaType",
+            message: format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json (not yet {media_type} on this loopback server)"
+            ),
+            details: None,
+        }
+    }
+
     /// 405 for a verb the resource does not support.
     pub fn method_not_allowed(method: &str) -> Self {
         Self {

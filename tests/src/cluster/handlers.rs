@@ -80,6 +80,42 @@ pub fn version() -> Value {
     })
 }
 
+/// Legacy discovery (`/api`, `/apis`, `/api/v1`, `/apis/<group>/<version>`), which kubectl
+/// falls back to when the server answers its aggregated-discovery request with plain JSON.
+/// `None` for other paths.
+pub fn discovery(path: &str) -> Option<Value> {
+    let singular = |plural: &str| plural.trim_end_matches('s').to_string();
+    let resources = |group: &str, version: &str| -> Vec<Value> {
+        BUILT_IN
+            .iter()
+            .filter(|r| r.group == group && r.version == version)
+            .map(|r| {
+                json!({
+                    "name": r.plural,
+                    "singularName": singular(r.plural),
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": ["create", "delete", "get", "list", "update", "watch"],
+                })
+            })
+            .collect()
+    };
+    match path.trim_end_matches('/') {
+        "/api" => Some(json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [],
+        })),
+        "/apis" => Some(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})),
+        "/api/v1" => Some(json!({
+            "kind": "APIResourceList",
+            "groupVersion": "v1",
+            "resources": resources("", "v1"),
+        })),
+        _ => None,
+    }
+}
+
 /// Performs `method` on `target`; gives the status code and body.
 ///
 /// # Errors

@@ -12,7 +12,9 @@
 //! `uid`, `creationTimestamp`, `generation` and the real `Status` errors (`NotFound`,
 //! `AlreadyExists`, `Conflict`, `BadRequest`, `Unauthorized`, `MethodNotAllowed`); watches
 //! from a `resourceVersion` (or from the current objects) with `timeoutSeconds`, fed by the
-//! store's change log; label selectors on lists and watches. Not yet: field selectors, `limit`/`continue`, bookmarks, `410
+//! store's change log; label selectors on lists and watches; NamespaceLifecycle (nothing is
+//! created in a namespace that does not exist); legacy discovery. JSON bodies only (a protobuf
+//! body is refused with 415). Not yet: protobuf, field selectors, `limit`/`continue`, bookmarks, `410
 //! Gone`, patches and server-side apply, status subresources, finalizers and garbage
 //! collection, CRDs, discovery beyond `/version`, protobuf, RBAC, quota, the kubelet.
 

@@ -103,6 +103,19 @@ pub fn create(
 ) -> Result<Value, ApiError> {
     check_kind(r, &object)?;
     let name = name_of(&object)?;
+    // The NamespaceLifecycle admission step of the real server: nothing is created in a
+    // namespace that does not exist.
+    if r.namespaced
+        && store
+            .get(&Key {
+                resource: "namespaces".into(),
+                namespace: String::new(),
+                name: namespace.to_string(),
+            })
+            .is_none()
+    {
+        return Err(ApiError::not_found("namespaces", "", namespace));
+    }
     let key = r.key(namespace, &name);
     if store.get(&key).is_some() {
         return Err(ApiError::already_exists(r.plural, r.group, &name));

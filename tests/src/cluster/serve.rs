@@ -121,10 +121,23 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
     if path == "/version" {
         return json_response(200, &handlers::version());
     }
+    if let Some(d) = handlers::discovery(&path) {
+        return json_response(200, &d);
+    }
     let target = match handlers::target(&path) {
         Ok(t) => t,
         Err(e) => return json_response(e.code, &e.status()),
     };
+    let media = req
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_string();
+    if matches!(method.as_str(), "POST" | "PUT") && !media.starts_with("application/json") {
+        let e = ApiError::unsupported_media_type(&media);
+        return json_response(e.code, &e.status());
+    }
     let q = query(&req);
     let selector = match super::selectors::LabelSelector::parse(
         q.get("labelSelector").map(String::as_str).unwrap_or(""),
