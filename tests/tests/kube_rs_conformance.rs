@@ -283,3 +283,64 @@ async fn kube_rs_lists_and_watches_by_label_selector() {
     }
     assert_eq!(seen, vec!["b", "d"], "only what the selector selects");
 }
+
+#[tokio::test]
+async fn kube_rs_merge_and_json_patches_apply_and_a_bad_one_is_invalid() {
+    use kube::api::{Patch, PatchParams};
+    let cluster = LoopbackCluster::start().await.unwrap();
+    let client = client_in_team_a(&cluster).await;
+    let maps: Api<ConfigMap> = Api::namespaced(client, "team-a");
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("settings".into());
+    cm.data = Some(BTreeMap::from([("a".to_string(), "1".to_string())]));
+    let created = maps.create(&PostParams::default(), &cm).await.unwrap();
+    let pp = PatchParams::default();
+    let merged = maps
+        .patch(
+            "settings",
+            &pp,
+            &Patch::Merge(serde_json::json!({"data": {"b": "2", "a": null}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        merged.data.unwrap(),
+        BTreeMap::from([("b".to_string(), "2".to_string())])
+    );
+    assert_ne!(
+        merged.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    let ops: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "add", "path": "/data/c", "value": "3"},
+        {"op": "test", "path": "/data/b", "value": "2"}
+    ]))
+    .unwrap();
+    let patched = maps
+        .patch("settings", &pp, &Patch::<()>::Json(ops))
+        .await
+        .unwrap();
+    assert_eq!(patched.data.unwrap()["c"], "3");
+    let failing: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/data/b", "value": "not 2"}
+    ]))
+    .unwrap();
+    let err = maps
+        .patch("settings", &pp, &Patch::<()>::Json(failing))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), (422, "Invalid".into()));
+    // A merge patch carrying a stale resourceVersion is a Conflict.
+    let stale = maps
+        .patch(
+            "settings",
+            &pp,
+            &Patch::Merge(serde_json::json!({
+                "metadata": {"resourceVersion": created.metadata.resource_version},
+                "data": {"d": "4"}
+            })),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&stale), (409, "Conflict".into()));
+}

@@ -48,12 +48,26 @@ async fn kubectl_discovers_the_resources_and_reads_objects() {
     secrets.create(&PostParams::default(), &s).await.unwrap();
 
     let k = kubeconfig.clone();
-    let (resources, json, missing, write) = tokio::task::spawn_blocking(move || {
+    let (resources, json, missing, write, patch) = tokio::task::spawn_blocking(move || {
         (
             kubectl(&k, &["api-resources"]),
             kubectl(&k, &["-n", "team-a", "get", "secret", "db", "-o", "json"]),
             kubectl(&k, &["-n", "team-a", "get", "secret", "nope"]),
             kubectl(&k, &["create", "namespace", "team-b"]),
+            kubectl(
+                &k,
+                &[
+                    "-n",
+                    "team-a",
+                    "patch",
+                    "secret",
+                    "db",
+                    "--type",
+                    "merge",
+                    "-p",
+                    r#"{"metadata":{"labels":{"tier":"prod"}}}"#,
+                ],
+            ),
         )
     })
     .await
@@ -72,4 +86,7 @@ async fn kubectl_discovers_the_resources_and_reads_objects() {
     );
     assert!(!write.0);
     assert!(write.2.contains("UnsupportedMediaType"), "{}", write.2);
+    assert!(patch.0, "{}{}", patch.1, patch.2);
+    let patched = secrets.get("db").await.unwrap();
+    assert_eq!(patched.metadata.labels.unwrap()["tier"], "prod");
 }

@@ -116,19 +116,38 @@ pub fn discovery(path: &str) -> Option<Value> {
     }
 }
 
-/// Performs `method` on `target`; gives the status code and body.
+/// One decoded request.
+#[derive(Debug)]
+pub struct Call<'a> {
+    /// `GET`, `POST`, `PUT`, `PATCH`, `DELETE`.
+    pub method: &'a str,
+    /// What the path names.
+    pub target: &'a Target,
+    /// The `labelSelector` of a list.
+    pub selector: &'a LabelSelector,
+    /// The body's content type.
+    pub media_type: &'a str,
+    /// The body.
+    pub body: &'a [u8],
+}
+
+/// Performs `call`; gives the status code and body.
 ///
 /// # Errors
 /// The registry's [`ApiError`]s; 400 for a body that is not JSON; 405 for another verb.
 pub fn handle(
     store: &mut Store,
-    method: &str,
-    t: &Target,
-    selector: &LabelSelector,
-    body: &[u8],
+    call: &Call<'_>,
     uid: impl FnOnce() -> String,
     now: jiff::Timestamp,
 ) -> Result<(u16, Value), ApiError> {
+    let Call {
+        method,
+        target: t,
+        selector,
+        media_type,
+        body,
+    } = *call;
     let ns = t.namespace.as_deref().unwrap_or("");
     let parse = || -> Result<Value, ApiError> {
         serde_json::from_slice(body)
@@ -145,6 +164,14 @@ pub fn handle(
         }
         ("PUT", Some(name)) => {
             registry::update(store, &t.resource, ns, name, parse()?).map(|o| (200, o))
+        }
+        ("PATCH", Some(name)) => {
+            let kind = match media_type.split(';').next().unwrap_or("").trim() {
+                "application/merge-patch+json" => registry::PatchKind::Merge,
+                "application/json-patch+json" => registry::PatchKind::Json,
+                other => return Err(ApiError::unsupported_media_type(other)),
+            };
+            registry::patch(store, &t.resource, ns, name, kind, &parse()?).map(|o| (200, o))
         }
         ("DELETE", Some(name)) => registry::delete(store, &t.resource, ns, name).map(|o| (200, o)),
         (m, _) => Err(ApiError::method_not_allowed(m)),

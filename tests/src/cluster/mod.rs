@@ -10,12 +10,13 @@
 //! Served so far: `/version`; Namespaces, Secrets and ConfigMaps (get, list in a namespace and
 //! across namespaces, create, update with `resourceVersion` preconditions, delete) with
 //! `uid`, `creationTimestamp`, `generation` and the real `Status` errors (`NotFound`,
-//! `AlreadyExists`, `Conflict`, `BadRequest`, `Unauthorized`, `MethodNotAllowed`); watches
+//! `AlreadyExists`, `Conflict`, `BadRequest`, `Unauthorized`, `MethodNotAllowed`); JSON merge
+//! and JSON patches (with the same preconditions as an update); watches
 //! from a `resourceVersion` (or from the current objects) with `timeoutSeconds`, fed by the
 //! store's change log; label selectors on lists and watches; NamespaceLifecycle (nothing is
 //! created in a namespace that does not exist); legacy discovery. JSON bodies only (a protobuf
 //! body is refused with 415). Not yet: protobuf, field selectors, `limit`/`continue`, bookmarks, `410
-//! Gone`, patches and server-side apply, status subresources, finalizers and garbage
+//! Gone`, strategic merge patch and server-side apply, status subresources, finalizers and garbage
 //! collection, CRDs, discovery beyond `/version`, protobuf, RBAC, quota, the kubelet.
 
 pub mod errors;

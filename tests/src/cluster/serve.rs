@@ -135,6 +135,7 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         .unwrap_or("application/json")
         .to_string();
     if matches!(method.as_str(), "POST" | "PUT") && !media.starts_with("application/json") {
+        // (PATCH bodies name their patch type; the handler reads them.)
         let e = ApiError::unsupported_media_type(&media);
         return json_response(e.code, &e.status());
     }
@@ -164,15 +165,14 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         format!("00000000-0000-4000-8000-{n:012x}")
     };
-    let result = handlers::handle(
-        &mut lock(&shared.store),
-        &method,
-        &target,
-        &selector,
-        &body,
-        uid,
-        jiff::Timestamp::now(),
-    );
+    let call = handlers::Call {
+        method: &method,
+        target: &target,
+        selector: &selector,
+        media_type: &media,
+        body: &body,
+    };
+    let result = handlers::handle(&mut lock(&shared.store), &call, uid, jiff::Timestamp::now());
     match result {
         Ok((code, body)) => json_response(code, &body),
         Err(e) => json_response(e.code, &e.status()),
