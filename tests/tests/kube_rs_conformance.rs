@@ -95,6 +95,8 @@ async fn kube_rs_creates_reads_lists_replaces_and_deletes_with_real_errors() {
     assert!(meta.uid.as_deref().is_some_and(|u| !u.is_empty()));
     assert!(meta.creation_timestamp.is_some());
     assert_eq!(meta.namespace.as_deref(), Some("team-a"));
+    // The real Secret strategy keeps no generation.
+    assert_eq!(meta.generation, None);
     let v1 = meta.resource_version.clone().unwrap();
 
     let again = secrets

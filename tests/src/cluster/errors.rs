@@ -19,37 +19,47 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    /// 404: `secrets "x" not found`.
-    pub fn not_found(resource: &str, group: &str, name: &str) -> Self {
+    /// An error about one object, with `details` naming it.
+    fn about(
+        code: u16,
+        reason: &'static str,
+        message: String,
+        resource: &str,
+        group: &str,
+        name: &str,
+    ) -> Self {
         Self {
-            code: 404,
-            reason: "NotFound",
-            message: format!("{} \"{name}\" not found", qualified(resource, group)),
+            code,
+            reason,
+            message,
             details: Some((name.into(), resource.into(), group.into())),
         }
+    }
+
+    /// 404: `secrets "x" not found`.
+    pub fn not_found(resource: &str, group: &str, name: &str) -> Self {
+        let message = format!("{} \"{name}\" not found", qualified(resource, group));
+        Self::about(404, "NotFound", message, resource, group, name)
     }
 
     /// 409: `secrets "x" already exists`.
     pub fn already_exists(resource: &str, group: &str, name: &str) -> Self {
-        Self {
-            code: 409,
-            reason: "AlreadyExists",
-            message: format!("{} \"{name}\" already exists", qualified(resource, group)),
-            details: Some((name.into(), resource.into(), group.into())),
-        }
+        let message = format!("{} \"{name}\" already exists", qualified(resource, group));
+        Self::about(409, "AlreadyExists", message, resource, group, name)
     }
 
     /// 409 for a stale `resourceVersion`, with the real server's wording.
     pub fn conflict(resource: &str, group: &str, name: &str) -> Self {
-        Self {
-            code: 409,
-            reason: "Conflict",
-            message: format!(
-                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
-                qualified(resource, group)
-            ),
-            details: Some((name.into(), resource.into(), group.into())),
-        }
+        let message = format!(
+            "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+            qualified(resource, group)
+        );
+        Self::about(409, "Conflict", message, resource, group, name)
+    }
+
+    /// 422 for a change that cannot be made to the object.
+    pub fn invalid(resource: &str, group: &str, name: &str, message: String) -> Self {
+        Self::about(422, "Invalid", message, resource, group, name)
     }
 
     /// 400 for a body that cannot be used.

@@ -9,7 +9,7 @@
 //!
 //! Served so far: `/version`; Namespaces, Secrets and ConfigMaps (get, list in a namespace and
 //! across namespaces, create, update with `resourceVersion` preconditions, delete) with
-//! `uid`, `creationTimestamp`, `generation` and the real `Status` errors (`NotFound`,
+//! `uid`, `creationTimestamp` (no `generation`: the real strategies of these kinds keep none) and the real `Status` errors (`NotFound`,
 //! `AlreadyExists`, `Conflict`, `BadRequest`, `Unauthorized`, `MethodNotAllowed`); JSON merge
 //! and JSON patches (with the same preconditions as an update); watches
 //! from a `resourceVersion` (or from the current objects) with `timeoutSeconds`, fed by the
@@ -93,7 +93,7 @@ impl LoopbackCluster {
         let mut tls = tls;
         tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = serve::local(&listener)?;
+        let addr = listener.local_addr()?;
         let admin_token = format!("admin-{}", jiff::Timestamp::now().as_nanosecond());
         let shared = Arc::new(serve::Shared {
             store: Mutex::new(store::Store::default()),

@@ -1,7 +1,9 @@
 //! The generic registry: what create, get, list, update and delete do to an object's metadata,
 //! the way the real server's generic registry does (`uid` and `creationTimestamp` set on
 //! create; `resourceVersion` from the store; a stale `resourceVersion` refused; `generation`
-//! starting at 1 and bumped when anything but metadata and status changes).
+//! only for kinds whose strategy keeps one, starting at 1 and bumped when anything but
+//! metadata and status changes — the real Secret, ConfigMap and Namespace strategies keep
+//! none, so those objects carry no `generation`).
 
 use serde_json::{Value, json};
 
@@ -22,6 +24,8 @@ pub struct Resource {
     pub kind: &'static str,
     /// Namespaced or cluster-scoped.
     pub namespaced: bool,
+    /// Whether its strategy keeps `metadata.generation` (kinds with a status subresource).
+    pub generation: bool,
 }
 
 impl Resource {
@@ -64,6 +68,7 @@ pub const BUILT_IN: &[Resource] = &[
         plural: "namespaces",
         kind: "Namespace",
         namespaced: false,
+        generation: false,
     },
     Resource {
         group: "",
@@ -71,6 +76,7 @@ pub const BUILT_IN: &[Resource] = &[
         plural: "secrets",
         kind: "Secret",
         namespaced: true,
+        generation: false,
     },
     Resource {
         group: "",
@@ -78,6 +84,7 @@ pub const BUILT_IN: &[Resource] = &[
         plural: "configmaps",
         kind: "ConfigMap",
         namespaced: true,
+        generation: false,
     },
 ];
 
@@ -128,7 +135,11 @@ pub fn create(
     }
     metadata.insert("uid".into(), json!(uid));
     metadata.insert("creationTimestamp".into(), json!(now.to_string()));
-    metadata.insert("generation".into(), json!(1));
+    if r.generation {
+        metadata.insert("generation".into(), json!(1));
+    } else {
+        metadata.remove("generation");
+    }
     metadata.remove("resourceVersion");
     metadata.remove("deletionTimestamp");
     object["apiVersion"] = json!(r.api_version());
@@ -243,9 +254,13 @@ pub fn update(
             }
         }
     }
-    let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
-    let changed = without_metadata(&current) != without_metadata(&object);
-    object["metadata"]["generation"] = json!(if changed { generation + 1 } else { generation });
+    if r.generation {
+        let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
+        let changed = without_metadata(&current) != without_metadata(&object);
+        object["metadata"]["generation"] = json!(if changed { generation + 1 } else { generation });
+    } else if let Some(m) = object["metadata"].as_object_mut() {
+        m.remove("generation");
+    }
     object["apiVersion"] = json!(r.api_version());
     object["kind"] = json!(r.kind);
     Ok(store.put(key, object))
@@ -281,11 +296,13 @@ pub fn patch(
             let ops: json_patch::Patch = serde_json::from_value(body.clone()).map_err(|e| {
                 ApiError::bad_request(format!("the JSON patch does not parse: {e}"))
             })?;
-            json_patch::patch(&mut object, &ops).map_err(|e| ApiError {
-                code: 422,
-                reason: "Invalid",
-                message: format!("the JSON patch does not apply: {e}"),
-                details: Some((name.into(), r.plural.into(), r.group.into())),
+            json_patch::patch(&mut object, &ops).map_err(|e| {
+                ApiError::invalid(
+                    r.plural,
+                    r.group,
+                    name,
+                    format!("the JSON patch does not apply: {e}"),
+                )
             })?;
         }
     }

@@ -1,6 +1,5 @@
 //! HTTPS on 127.0.0.1 with a CA made at start, and authentication by bearer token.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -201,9 +200,4 @@ pub(super) async fn accept(
                 .await;
         });
     }
-}
-
-/// The address a listener on 127.0.0.1 port 0 got.
-pub(super) fn local(listener: &tokio::net::TcpListener) -> std::io::Result<SocketAddr> {
-    listener.local_addr()
 }
