@@ -4,50 +4,17 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
 use common::*;
 use serde_json::json;
 use tfops_core::api::{ObjectKey, TerraformStatus};
 use tfops_core::conditions::{ConditionStatus::*, ConditionType};
-use tfops_core::ports::{ObjectWriter, PortError};
-use tfops_core::reconcile::Driver;
+use tfops_core::ports::PortError;
 use tfops_core::testing::{FakeOp, FakeWorld};
-
-/// The object writer of a driver that dies right after its apply: the first status write
-/// that follows an apply fails, and so does every later one.
-struct DiesAfterApply {
-    inner: Arc<dyn ObjectWriter>,
-    world: FakeWorld,
-}
-
-#[async_trait]
-impl ObjectWriter for DiesAfterApply {
-    async fn write_status(&self, o: &ObjectKey, status: &TerraformStatus) -> Result<(), PortError> {
-        if self.world.applies(o) > 0 {
-            return Err(PortError::Unavailable("the controller was killed".into()));
-        }
-        self.inner.write_status(o, status).await
-    }
-    async fn add_finalizer(&self, o: &ObjectKey) -> Result<(), PortError> {
-        self.inner.add_finalizer(o).await
-    }
-    async fn remove_finalizer(&self, o: &ObjectKey) -> Result<(), PortError> {
-        self.inner.remove_finalizer(o).await
-    }
-}
 
 /// Reconciles `key` with a driver that dies after its apply; returns the status it left.
 async fn apply_and_die(w: &FakeWorld, key: &ObjectKey) -> TerraformStatus {
-    let mut ports = w.ports();
-    ports.objects = Arc::new(DiesAfterApply {
-        inner: ports.objects.clone(),
-        world: w.clone(),
-    });
-    let object = w.object(key).unwrap();
-    let (deps, dependants) = w.relations(&object);
-    let died = Driver::new(ports).reconcile(object, deps, dependants).await;
+    w.crash_after_next_apply();
+    let died = w.reconcile(key).await;
     assert!(died.is_err(), "the first driver stopped");
     assert_eq!(w.applies(key), 1, "it applied");
     w.object(key).unwrap().status
@@ -195,5 +162,4 @@ async fn deletion_that_keeps_the_resources_does_not_wait_for_a_recorded_apply() 
     w.delete(&key);
     reconcile(&w, &key).await;
     assert!(w.object(&key).is_none(), "deleted without the runner");
-    assert_eq!(w.calls_of(&key, FakeOp::Attach), 0);
 }
