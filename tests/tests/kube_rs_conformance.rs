@@ -152,10 +152,14 @@ async fn kube_rs_creates_reads_lists_replaces_and_deletes_with_real_errors() {
 
     let missing = secrets.get("nope").await;
     assert_eq!(reason(&missing.unwrap_err()), (404, "NotFound".into()));
-    secrets
+    // Secrets answer a delete with a Success Status naming the object, as the real store does.
+    let status = secrets
         .delete("db", &DeleteParams::default())
         .await
-        .unwrap();
+        .unwrap()
+        .right()
+        .expect("a Status, not the object");
+    assert_eq!(status.details.unwrap().name, "db");
     assert_eq!(
         reason(&secrets.get("db").await.unwrap_err()),
         (404, "NotFound".into())

@@ -26,6 +26,9 @@ pub struct Resource {
     pub namespaced: bool,
     /// Whether its strategy keeps `metadata.generation` (kinds with a status subresource).
     pub generation: bool,
+    /// Whether a delete answers with the deleted object (the real store's
+    /// `ReturnDeletedObject`, set for Namespaces) rather than a `Success` `Status`.
+    pub returns_deleted: bool,
 }
 
 impl Resource {
@@ -69,6 +72,7 @@ pub const BUILT_IN: &[Resource] = &[
         kind: "Namespace",
         namespaced: false,
         generation: false,
+        returns_deleted: true,
     },
     Resource {
         group: "",
@@ -77,6 +81,7 @@ pub const BUILT_IN: &[Resource] = &[
         kind: "Secret",
         namespaced: true,
         generation: false,
+        returns_deleted: false,
     },
     Resource {
         group: "",
@@ -85,6 +90,7 @@ pub const BUILT_IN: &[Resource] = &[
         kind: "ConfigMap",
         namespaced: true,
         generation: false,
+        returns_deleted: false,
     },
 ];
 
@@ -309,7 +315,8 @@ pub fn patch(
     update(store, r, namespace, name, object)
 }
 
-/// Deletes the object `name` (finalizers come with the next step of the server); gives it.
+/// Deletes the object `name` (finalizers come with the next step of the server); answers as
+/// the real store does: the deleted object, or a `Success` `Status` naming it.
 ///
 /// # Errors
 /// 404 `NotFound`.
@@ -319,9 +326,23 @@ pub fn delete(
     namespace: &str,
     name: &str,
 ) -> Result<Value, ApiError> {
-    store
+    let deleted = store
         .remove(&r.key(namespace, name))
-        .ok_or_else(|| ApiError::not_found(r.plural, r.group, name))
+        .ok_or_else(|| ApiError::not_found(r.plural, r.group, name))?;
+    if r.returns_deleted {
+        return Ok(deleted);
+    }
+    let mut details = json!({"name": name, "kind": r.plural, "uid": deleted["metadata"]["uid"]});
+    if !r.group.is_empty() {
+        details["group"] = json!(r.group);
+    }
+    Ok(json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    }))
 }
 
 fn check_kind(r: &Resource, object: &Value) -> Result<(), ApiError> {
