@@ -353,8 +353,6 @@ pub trait RunnerSession: Send {
     async fn outputs(&mut self) -> Result<BTreeMap<String, OutputValue>, PortError>;
     /// The resources in the state.
     async fn inventory(&mut self) -> Result<Vec<InventoryEntry>, PortError>;
-    /// `destroy`.
-    async fn destroy(&mut self) -> Result<(), PortError>;
     /// `force-unlock -force <lock_id>`.
     async fn force_unlock(&mut self, lock_id: &str) -> Result<(), PortError>;
     /// Removes the working directory and, unless the object keeps it, the runner.

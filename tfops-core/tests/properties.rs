@@ -97,7 +97,6 @@ const FAULTS: &[FakeOp] = &[
     FakeOp::Attach,
     FakeOp::Output,
     FakeOp::Inventory,
-    FakeOp::Destroy,
     FakeOp::Unlock,
     FakeOp::Cleanup,
     FakeOp::SavePlan,

@@ -647,12 +647,6 @@ impl RunnerSession for Session {
         }
     }
 
-    async fn destroy(&mut self) -> Result<(), PortError> {
-        self.command(Command::Destroy(proto::Destroy::default()))
-            .await
-            .map(drop)
-    }
-
     async fn force_unlock(&mut self, lock_id: &str) -> Result<(), PortError> {
         self.command(Command::ForceUnlock(proto::ForceUnlock {
             lock_id: lock_id.into(),

@@ -169,7 +169,10 @@ async fn a_whole_run_through_the_session_port() {
     assert_eq!(s.inventory().await.unwrap().len(), 2);
     let drift = s.plan(&plan(ports::PlanKind::RefreshOnly)).await.unwrap();
     assert!(!drift.has_changes, "{:?}", drift.drifted);
-    s.destroy().await.unwrap();
+    // Destroying is what deletion does: a destroy plan, then its apply.
+    let destroy = s.plan(&plan(ports::PlanKind::Destroy)).await.unwrap();
+    assert_eq!(destroy.summary.destroy, 2);
+    s.apply("apply-destroy").await.unwrap();
     assert!(s.inventory().await.unwrap().is_empty());
     s.cleanup().await.unwrap();
 }

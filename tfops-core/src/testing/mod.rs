@@ -55,7 +55,6 @@ pub enum FakeOp {
     Attach,
     Output,
     Inventory,
-    Destroy,
     Unlock,
     Cleanup,
     SavePlan,

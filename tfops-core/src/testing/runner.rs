@@ -272,16 +272,6 @@ impl RunnerSession for FakeSession {
             .collect())
     }
 
-    async fn destroy(&mut self) -> Result<(), PortError> {
-        self.call(FakeOp::Destroy)?;
-        self.locked()?;
-        let mut w = self.world.lock();
-        let infra = w.infra.entry(self.object.clone()).or_default();
-        infra.real.clear();
-        infra.state.clear();
-        Ok(())
-    }
-
     async fn force_unlock(&mut self, lock_id: &str) -> Result<(), PortError> {
         self.call(FakeOp::Unlock)?;
         let mut w = self.world.lock();

@@ -312,10 +312,6 @@ impl RunnerSession for Narrated {
     async fn inventory(&mut self) -> Result<Vec<InventoryEntry>, PortError> {
         self.inner.inventory().await
     }
-    async fn destroy(&mut self) -> Result<(), PortError> {
-        let (inner, printer) = (&mut self.inner, self.printer.clone());
-        Narrated::step_on(printer, "destroy", inner.destroy(), |_| String::new()).await
-    }
     async fn force_unlock(&mut self, lock_id: &str) -> Result<(), PortError> {
         let (inner, printer) = (&mut self.inner, self.printer.clone());
         Narrated::step_on(
