@@ -163,13 +163,12 @@ impl Default for Remediation {
 }
 
 impl TerraformSpec {
-    /// A digest of everything in the spec but `approvePlan`: what a plan was made from.
-    pub fn digest_without_approval(&self) -> String {
+    /// A short digest of the whole spec: where there is no API server (local mode), a
+    /// changed digest is what bumps `metadata.generation`.
+    pub fn digest(&self) -> String {
         use sha2::{Digest, Sha256};
-        let mut spec = self.clone();
-        spec.approve_plan.clear();
         // Serializing plain data (maps are BTreeMaps) cannot fail and is deterministic.
-        let bytes = serde_json::to_vec(&spec).unwrap_or_default();
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
         crate::digest::hex(&Sha256::digest(&bytes)[..8])
     }
 }

@@ -207,7 +207,7 @@ impl Local {
         let mut persisted = BTreeMap::new();
         for m in &manifests.objects {
             let mut p = world.dir.load(&m.key)?.unwrap_or_default();
-            let digest = m.spec.digest_without_approval() + &m.spec.approve_plan;
+            let digest = m.spec.digest();
             if p.spec_digest != digest {
                 p.generation += 1;
                 p.spec_digest = digest;
