@@ -7,25 +7,15 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use support::client;
 use tests::cluster::LoopbackCluster;
 
-async fn client(cluster: &LoopbackCluster) -> kube::Client {
-    let kubeconfig = Kubeconfig::from_yaml(&cluster.kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
-}
+mod support;
 
 /// A client, and the namespace `team-a` created.
 async fn client_in_team_a(cluster: &LoopbackCluster) -> kube::Client {
     let client = client(cluster).await;
-    let mut ns = Namespace::default();
-    ns.metadata.name = Some("team-a".into());
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    support::namespace(&client, "team-a").await;
     client
 }
 

@@ -1,30 +1,32 @@
 //! A Kubernetes API server on loopback, for tests (issue 12; **in progress**).
 //!
 //! A test double whose value is fidelity: it is judged by real clients we did not write
-//! (kube-rs now; Terraform's kubernetes backend and kubectl next). Its layout follows the real
-//! server's: [`handlers`] decode requests and encode `Status` errors, [`registry`] holds what
-//! create/get/list/update/delete do to metadata, [`store`] keeps every object under one
-//! `resourceVersion` sequence with a change log (for watches), `serve` does HTTPS and
-//! bearer-token authentication.
+//! (kube-rs, Terraform's kubernetes backend, kubectl). Its layout follows the real server's:
+//! `serve` does HTTPS, bearer-token authentication, watches and the audit log; [`handlers`]
+//! decode paths and bodies (JSON, [`protobuf`]) and encode `Status` errors ([`errors`]);
+//! [`resources`] says what is served (built-in kinds and the CRDs in the store); [`registry`]
+//! holds what create/get/list/update/patch/delete do to an object (metadata, status
+//! subresource, finalizers, deletion); [`managed`] keeps `managedFields` and does server-side
+//! apply; [`strategic`] strategic merge patches; [`schema`] CRD pruning, defaults and
+//! validation; [`garbage`] the garbage collector and namespace controller; [`store`] keeps
+//! every object under one `resourceVersion` sequence with a change log.
 //!
-//! Served so far: `/version`; Namespaces, Secrets and ConfigMaps (get, list in a namespace and
-//! across namespaces, create, update with `resourceVersion` preconditions, delete) with
-//! `uid`, `creationTimestamp` (no `generation`: the real strategies of these kinds keep none) and the real `Status` errors (`NotFound`,
-//! `AlreadyExists`, `Conflict`, `BadRequest`, `Unauthorized`, `MethodNotAllowed`); JSON merge
-//! and JSON patches (with the same preconditions as an update); watches
-//! from a `resourceVersion` (or from the current objects) with `timeoutSeconds`, fed by the
-//! store's change log; label selectors on lists and watches; NamespaceLifecycle (nothing is
-//! created in a namespace that does not exist); legacy discovery. JSON bodies only (a protobuf
-//! body is refused with 415). Not yet: protobuf, field selectors, `limit`/`continue`, bookmarks, `410
-//! Gone`, strategic merge patch and server-side apply, status subresources, finalizers and garbage
-//! collection, CRDs, discovery beyond `/version`, protobuf, RBAC, quota, the kubelet.
+//! Not yet: RBAC and users other than the admin, ResourceQuota, the kubelet stand-in,
+//! Pod logs, `fieldValidation=Strict` for unknown fields, `dryRun`, CEL validation rules.
 
 pub mod errors;
+pub mod garbage;
 pub mod handlers;
+pub mod managed;
+pub mod protobuf;
 pub mod registry;
+pub mod resources;
+pub mod schema;
 pub mod selectors;
 mod serve;
+pub use serve::Audit;
 pub mod store;
+pub mod strategic;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -51,6 +53,7 @@ pub struct LoopbackCluster {
     pub ca_pem: String,
     /// The admin's bearer token.
     pub admin_token: String,
+    shared: Arc<serve::Shared>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -97,16 +100,42 @@ impl LoopbackCluster {
         let admin_token = format!("admin-{}", jiff::Timestamp::now().as_nanosecond());
         let shared = Arc::new(serve::Shared {
             store: Mutex::new(store::Store::default()),
+            audit: Mutex::new(Vec::new()),
             admin_token: admin_token.clone(),
             uids: std::sync::atomic::AtomicU64::new(1),
         });
-        let task = tokio::spawn(serve::accept(listener, Arc::new(tls), shared));
+        let gc = tokio::spawn(serve::collect_garbage(shared.clone()));
+        let serving = tokio::spawn(serve::accept(listener, Arc::new(tls), shared.clone()));
+        let task = tokio::spawn(async move {
+            let _ = serving.await;
+            gc.abort();
+        });
         Ok(Self {
             addr,
             ca_pem: ca_cert.pem(),
             admin_token,
+            shared,
             task,
         })
+    }
+
+    /// The requests served so far (verb, path, body type, status), oldest first.
+    pub fn audit(&self) -> Vec<Audit> {
+        self.shared
+            .audit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Forgets the change history but the latest `keep` changes, as etcd's compaction does:
+    /// a watch or `continue` token from before then is answered 410 `Gone`.
+    pub fn compact(&self, keep: usize) {
+        self.shared
+            .store
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .compact(keep);
     }
 
     /// A kubeconfig for the admin (what kubectl and client libraries read).

@@ -1,5 +1,6 @@
 //! Label selectors, with the grammar of the real server's `labels.Parse`: `k=v`, `k==v`,
-//! `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k` (exists), `!k` (does not exist), joined by `,`.
+//! `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k` (exists), `!k` (does not exist), joined by `,`;
+//! and field selectors (`k=v`, `k==v`, `k!=v`) on the fields each kind supports.
 
 use std::collections::BTreeMap;
 
@@ -109,6 +110,89 @@ impl LabelSelector {
     }
 }
 
+/// A parsed field selector: `(field, value, equal)` terms, all of which must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldSelector(Vec<(String, String, bool)>);
+
+/// The fields a kind can be selected by besides `metadata.name` and `metadata.namespace`
+/// (the real server's field label conversion functions, for the kinds served here).
+fn kind_fields(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "Pod" => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "status.phase",
+            "status.podIP",
+        ],
+        "Secret" => &["type"],
+        "Namespace" => &["status.phase"],
+        "Event" => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+        ],
+        _ => &[],
+    }
+}
+
+impl FieldSelector {
+    /// Parses `text` for objects of `kind`.
+    ///
+    /// # Errors
+    /// 400 `BadRequest` for a term that does not parse or a field the kind cannot be selected
+    /// by (`field label not supported: x`, as the real server says).
+    pub fn parse(text: &str, kind: &str) -> Result<Self, ApiError> {
+        let mut out = Vec::new();
+        for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            let (field, value, equal) = if let Some((k, v)) = term.split_once("!=") {
+                (k, v, false)
+            } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                (k, v, true)
+            } else {
+                return Err(ApiError::bad_request(format!(
+                    "invalid selector: '{text}'; can't understand '{term}'"
+                )));
+            };
+            let field = field.trim();
+            if !matches!(field, "metadata.name" | "metadata.namespace")
+                && !kind_fields(kind).contains(&field)
+            {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {field}"
+                )));
+            }
+            out.push((field.to_string(), value.trim().to_string(), equal));
+        }
+        Ok(Self(out))
+    }
+
+    /// Whether `object` satisfies every term (a missing field reads as "").
+    pub fn matches_object(&self, object: &serde_json::Value) -> bool {
+        self.0.iter().all(|(field, value, equal)| {
+            let have = field
+                .split('.')
+                .fold(object, |v, part| &v[part])
+                .as_str()
+                .unwrap_or("");
+            (have == value) == *equal
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -145,5 +229,23 @@ mod tests {
             );
         }
         assert_eq!(LabelSelector::parse("tier in prod").unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn field_selectors_take_the_fields_of_the_kind() {
+        let pod = serde_json::json!({
+            "metadata": {"name": "a", "namespace": "ns"},
+            "status": {"phase": "Running"},
+        });
+        let sel = |t: &str| FieldSelector::parse(t, "Pod").unwrap().matches_object(&pod);
+        assert!(sel("metadata.name=a"));
+        assert!(sel("metadata.name==a,status.phase=Running"));
+        assert!(!sel("metadata.name!=a"));
+        assert!(sel("spec.nodeName="));
+        let e = FieldSelector::parse("spec.data=x", "Secret").unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (400, "field label not supported: spec.data")
+        );
     }
 }

@@ -8,15 +8,31 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::errors::ApiError;
 use super::handlers;
+use super::registry;
+use super::selectors::{FieldSelector, LabelSelector};
 use super::store::Store;
+
+/// One request, as the server's audit log records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Audit {
+    /// The verb (`GET`, `POST`, ...).
+    pub method: String,
+    /// The path.
+    pub path: String,
+    /// The body's content type.
+    pub media_type: String,
+    /// The status code answered.
+    pub code: u16,
+}
 
 /// What every connection shares.
 pub(super) struct Shared {
     pub store: Mutex<Store>,
+    pub audit: Mutex<Vec<Audit>>,
     pub admin_token: String,
     pub uids: std::sync::atomic::AtomicU64,
 }
@@ -48,17 +64,28 @@ fn query(req: &Request<Incoming>) -> std::collections::BTreeMap<String, String> 
 }
 
 /// A watch: events as JSON lines, from `resourceVersion` on, until `timeoutSeconds` (the real
-/// server's default is a few minutes; 30 s here) or the client goes.
+/// server picks a random time of a few minutes; 30 s here) or the client goes. With
+/// `allowWatchBookmarks` a `BOOKMARK` carries the reached version every second of quiet; with
+/// `sendInitialEvents=true` the current objects come first, closed by a bookmark annotated
+/// `k8s.io/initial-events-end` (the streaming list kube-rs and client-go can ask for). A
+/// version older than the history kept ends the watch with an `ERROR` event holding a 410
+/// `Expired` `Status`, as the real watch cache does.
 fn watch(
     shared: Arc<Shared>,
     target: handlers::Target,
-    selector: super::selectors::LabelSelector,
+    options: registry::ListOptions,
     q: &std::collections::BTreeMap<String, String>,
 ) -> Response<Body> {
+    let initial = q.get("sendInitialEvents").is_some_and(|v| v == "true");
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
     let since = q
         .get("resourceVersion")
         .filter(|v| !v.is_empty() && *v != "0")
         .and_then(|v| v.parse::<u64>().ok());
+    let mut start = match since {
+        Some(v) if !initial => registry::WatchStart::After(v),
+        _ => registry::WatchStart::Current,
+    };
     let timeout = q
         .get("timeoutSeconds")
         .and_then(|v| v.parse::<u64>().ok())
@@ -66,31 +93,66 @@ fn watch(
     let (tx, rx) = tokio::sync::mpsc::channel::<
         Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
     >(64);
+    let resource = target.resource.clone();
     tokio::spawn(async move {
         let deadline = tokio::time::sleep(std::time::Duration::from_secs(timeout));
         tokio::pin!(deadline);
         let mut changed = lock(&shared.store).subscribe();
-        let mut since = since;
+        let send = |event: Value| {
+            let tx = tx.clone();
+            async move {
+                tx.send(Ok(hyper::body::Frame::data(Bytes::from(format!(
+                    "{event}\n"
+                )))))
+                .await
+                .is_ok()
+            }
+        };
+        let bookmark = |version: u64, end: bool| {
+            let mut metadata = json!({"resourceVersion": version.to_string()});
+            if end {
+                metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+            }
+            json!({"type": "BOOKMARK", "object": {
+                "kind": resource.kind, "apiVersion": resource.api_version(), "metadata": metadata,
+            }})
+        };
+        let mut first = true;
         loop {
-            let (events, reached) = {
+            let result = {
                 let store = lock(&shared.store);
-                super::registry::watch_events(
+                registry::watch_events(
                     &store,
                     &target.resource,
                     target.namespace.as_deref(),
-                    &selector,
-                    since,
+                    &options,
+                    start,
                 )
             };
+            let (events, reached) = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = send(json!({"type": "ERROR", "object": e.status()})).await;
+                    return;
+                }
+            };
             for event in events {
-                let line = Bytes::from(format!("{event}\n"));
-                if tx.send(Ok(hyper::body::Frame::data(line))).await.is_err() {
+                if !send(event).await {
                     return;
                 }
             }
-            since = Some(reached);
+            if first && initial && bookmarks && !send(bookmark(reached, true)).await {
+                return;
+            }
+            first = false;
+            start = registry::WatchStart::After(reached);
             tokio::select! {
                 _ = changed.changed() => {}
+                () = tokio::time::sleep(std::time::Duration::from_secs(1)), if bookmarks => {
+                    if !send(bookmark(reached, false)).await {
+                        return;
+                    }
+                }
                 () = &mut deadline => return,
             }
         }
@@ -104,6 +166,24 @@ fn watch(
     response
 }
 
+fn error_response(e: &ApiError) -> Response<Body> {
+    json_response(e.code, &e.status())
+}
+
+/// The list options of the query.
+fn list_options(
+    q: &std::collections::BTreeMap<String, String>,
+    kind: &str,
+) -> Result<registry::ListOptions, ApiError> {
+    let text = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+    Ok(registry::ListOptions {
+        labels: LabelSelector::parse(text("labelSelector"))?,
+        fields: FieldSelector::parse(text("fieldSelector"), kind)?,
+        limit: q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0),
+        continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
+    })
+}
+
 async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let authorized = req
         .headers()
@@ -112,69 +192,100 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         .and_then(|v| v.strip_prefix("Bearer "))
         .is_some_and(|t| t == shared.admin_token);
     if !authorized {
-        let e = ApiError::unauthorized();
-        return json_response(e.code, &e.status());
+        return error_response(&ApiError::unauthorized());
     }
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     if path == "/version" {
         return json_response(200, &handlers::version());
     }
-    if let Some(d) = handlers::discovery(&path) {
+    let discovered = {
+        let store = lock(&shared.store);
+        handlers::discovery(&store, &path).or_else(|| handlers::openapi(&store, &path))
+    };
+    if let Some(d) = discovered {
         return json_response(200, &d);
     }
-    let target = match handlers::target(&path) {
+    let target = handlers::target(&lock(&shared.store), &path);
+    let target = match target {
         Ok(t) => t,
-        Err(e) => return json_response(e.code, &e.status()),
+        Err(e) => return error_response(&e),
     };
-    let media = req
-        .headers()
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .to_string();
-    if matches!(method.as_str(), "POST" | "PUT") && !media.starts_with("application/json") {
-        // (PATCH bodies name their patch type; the handler reads them.)
-        let e = ApiError::unsupported_media_type(&media);
-        return json_response(e.code, &e.status());
-    }
+    let header = |name: hyper::header::HeaderName| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let media = header(hyper::header::CONTENT_TYPE);
+    let agent = header(hyper::header::USER_AGENT);
     let q = query(&req);
-    let selector = match super::selectors::LabelSelector::parse(
-        q.get("labelSelector").map(String::as_str).unwrap_or(""),
-    ) {
-        Ok(s) => s,
-        Err(e) => return json_response(e.code, &e.status()),
+    let options = match list_options(&q, &target.resource.kind) {
+        Ok(o) => o,
+        Err(e) => return error_response(&e),
     };
     if method == "GET"
         && target.name.is_none()
         && q.get("watch").is_some_and(|v| v == "1" || v == "true")
     {
-        return watch(shared, target, selector, &q);
+        return watch(shared, target, options, &q);
     }
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
-        Err(e) => {
-            let e = ApiError::bad_request(format!("reading the body: {e}"));
-            return json_response(e.code, &e.status());
-        }
+        Err(e) => return error_response(&ApiError::bad_request(format!("reading the body: {e}"))),
     };
-    let uid = || {
-        let n = shared
-            .uids
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        format!("00000000-0000-4000-8000-{n:012x}")
+    let n = shared
+        .uids
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // The real server names an Update's manager after the user agent's program when the
+    // request names none; an apply must name one.
+    let is_apply = media.starts_with("application/apply-patch");
+    let manager = match q.get("fieldManager") {
+        Some(m) => m.clone(),
+        None if is_apply => String::new(),
+        None => agent.split('/').next().unwrap_or("unknown").to_string(),
     };
     let call = handlers::Call {
         method: &method,
         target: &target,
-        selector: &selector,
+        list: &options,
         media_type: &media,
         body: &body,
+        manager: &manager,
+        force: q.get("force").is_some_and(|f| f == "true"),
     };
-    let result = handlers::handle(&mut lock(&shared.store), &call, uid, jiff::Timestamp::now());
-    match result {
-        Ok((code, body)) => json_response(code, &body),
-        Err(e) => json_response(e.code, &e.status()),
+    let ctx = registry::Ctx {
+        now: jiff::Timestamp::now(),
+        uid: format!("00000000-0000-4000-8000-{n:012x}"),
+    };
+    let result = handlers::handle(&mut lock(&shared.store), &call, &ctx);
+    let (code, body) = match result {
+        Ok((code, body)) => (code, body),
+        Err(e) => (e.code, e.status()),
+    };
+    shared
+        .audit
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(Audit {
+            method,
+            path,
+            media_type: media,
+            code,
+        });
+    json_response(code, &body)
+}
+
+/// Runs the garbage collector and the namespace controller after every change.
+pub(super) async fn collect_garbage(shared: Arc<Shared>) {
+    let mut changed = lock(&shared.store).subscribe();
+    let mut collector = super::garbage::Collector::default();
+    loop {
+        collector.run(&mut lock(&shared.store), jiff::Timestamp::now());
+        if changed.changed().await.is_err() {
+            return;
+        }
     }
 }
 

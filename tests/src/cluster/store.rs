@@ -29,6 +29,9 @@ pub struct Change {
     pub object: Value,
     /// The `resourceVersion` of the change.
     pub version: u64,
+    /// The object before the change (`None` for an addition): what lets a list be read at an
+    /// earlier version.
+    pub previous: Option<Value>,
 }
 
 /// The objects and the change log.
@@ -36,7 +39,14 @@ pub struct Change {
 pub struct Store {
     version: u64,
     objects: BTreeMap<Key, Value>,
-    log: Vec<Change>,
+    log: std::collections::VecDeque<Change>,
+    /// The oldest `resourceVersion` the log still reaches back to (changes before it are
+    /// compacted away, as etcd compacts its history).
+    compacted: u64,
+    /// Which key holds each `uid`.
+    by_uid: std::collections::HashMap<String, Key>,
+    /// The objects whose `ownerReferences` name each `uid`.
+    dependents: std::collections::HashMap<String, std::collections::BTreeSet<Key>>,
     /// Told every new `resourceVersion`: what watches wait on.
     changed: tokio::sync::watch::Sender<u64>,
 }
@@ -46,7 +56,10 @@ impl Default for Store {
         Self {
             version: 0,
             objects: BTreeMap::new(),
-            log: Vec::new(),
+            log: std::collections::VecDeque::new(),
+            compacted: 0,
+            by_uid: std::collections::HashMap::new(),
+            dependents: std::collections::HashMap::new(),
             changed: tokio::sync::watch::Sender::new(0),
         }
     }
@@ -82,17 +95,22 @@ impl Store {
     pub fn put(&mut self, key: Key, mut object: Value) -> Value {
         self.version += 1;
         object["metadata"]["resourceVersion"] = Value::String(self.version.to_string());
-        let kind = if self.objects.contains_key(&key) {
+        if let Some(p) = self.objects.get(&key).cloned() {
+            self.unindex(&key, &p);
+        }
+        self.index(&key, &object);
+        let previous = self.objects.insert(key.clone(), object.clone());
+        let kind = if previous.is_some() {
             "MODIFIED"
         } else {
             "ADDED"
         };
-        self.objects.insert(key.clone(), object.clone());
-        self.log.push(Change {
+        self.log.push_back(Change {
             kind,
             key,
             object: object.clone(),
             version: self.version,
+            previous,
         });
         self.changed.send_replace(self.version);
         object
@@ -100,22 +118,126 @@ impl Store {
 
     /// Removes the object at `key`; the deletion takes the next `resourceVersion`.
     pub fn remove(&mut self, key: &Key) -> Option<Value> {
-        let mut object = self.objects.remove(key)?;
+        let previous = self.objects.remove(key)?;
+        self.unindex(key, &previous);
         self.version += 1;
+        let mut object = previous.clone();
         object["metadata"]["resourceVersion"] = Value::String(self.version.to_string());
-        self.log.push(Change {
+        self.log.push_back(Change {
             kind: "DELETED",
             key: key.clone(),
             object: object.clone(),
             version: self.version,
+            previous: Some(previous),
         });
         self.changed.send_replace(self.version);
         Some(object)
     }
 
-    /// The changes after `version`, oldest first.
-    pub fn changes_since(&self, version: u64) -> &[Change] {
+    /// The changes after `version`, oldest first (`None` when `version` is older than the
+    /// compacted history: the caller answers 410 `Gone`).
+    pub fn changes_since(&self, version: u64) -> Option<impl Iterator<Item = &Change>> {
+        if version < self.compacted {
+            return None;
+        }
         let start = self.log.partition_point(|c| c.version <= version);
-        &self.log[start..]
+        Some(self.log.range(start..))
+    }
+
+    fn owners(object: &Value) -> impl Iterator<Item = &str> {
+        object["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o["uid"].as_str())
+    }
+
+    fn index(&mut self, key: &Key, object: &Value) {
+        if let Some(uid) = object["metadata"]["uid"].as_str() {
+            self.by_uid.insert(uid.to_string(), key.clone());
+        }
+        for owner in Self::owners(object) {
+            self.dependents
+                .entry(owner.to_string())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    fn unindex(&mut self, key: &Key, object: &Value) {
+        if let Some(uid) = object["metadata"]["uid"].as_str() {
+            self.by_uid.remove(uid);
+        }
+        for owner in Self::owners(object) {
+            if let Some(set) = self.dependents.get_mut(owner) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.dependents.remove(owner);
+                }
+            }
+        }
+    }
+
+    /// The key of the object with `uid`.
+    pub fn key_of_uid(&self, uid: &str) -> Option<&Key> {
+        self.by_uid.get(uid)
+    }
+
+    /// The keys of the objects whose owner references name `uid`.
+    pub fn dependents_of(&self, uid: &str) -> Vec<Key> {
+        self.dependents
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The oldest `resourceVersion` lists and watches can still start from.
+    pub fn compacted(&self) -> u64 {
+        self.compacted
+    }
+
+    /// Forgets the history before the latest `keep` changes.
+    pub fn compact(&mut self, keep: usize) {
+        while self.log.len() > keep {
+            if let Some(c) = self.log.pop_front() {
+                self.compacted = c.version;
+            }
+        }
+        if keep == 0 {
+            self.compacted = self.version;
+        }
+    }
+
+    /// The objects of `resource` (in `namespace`, or all) as they were at `version`, by key:
+    /// the current ones with the later changes undone.
+    pub fn list_at(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        version: u64,
+    ) -> Vec<(Key, Value)> {
+        let wanted =
+            |k: &Key| k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns);
+        let mut view: BTreeMap<Key, Value> = self
+            .objects
+            .iter()
+            .filter(|(k, _)| wanted(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if version < self.version {
+            let start = self.log.partition_point(|c| c.version <= version);
+            for c in self.log.range(start..).rev().filter(|c| wanted(&c.key)) {
+                match &c.previous {
+                    Some(p) => view.insert(c.key.clone(), p.clone()),
+                    None => view.remove(&c.key),
+                };
+            }
+        }
+        view.into_iter().collect()
+    }
+
+    /// Every object (for the garbage collector), by key.
+    pub fn objects(&self) -> impl Iterator<Item = (&Key, &Value)> {
+        self.objects.iter()
     }
 }
