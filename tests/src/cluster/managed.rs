@@ -606,10 +606,10 @@ fn conflict_error(r: &Resource, name: &str, conflicts: &[(String, String, Path)]
                 if let Some(f) = e.strip_prefix("f:") {
                     format!(".{f}")
                 } else if let Some(k) = e.strip_prefix("k:") {
-                    format!(
-                        "[{}]",
-                        k.trim_matches(|c| c == '{' || c == '}').replace(':', "=")
-                    )
+                    // `[type="Ready"]`, as structured-merge-diff prints a key.
+                    let keys: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
+                    let parts: Vec<String> = keys.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    format!("[{}]", parts.join(","))
                 } else if let Some(v) = e.strip_prefix("v:") {
                     format!("[={v}]")
                 } else {

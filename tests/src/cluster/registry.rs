@@ -551,9 +551,18 @@ pub fn patched(
     match kind {
         PatchKind::Merge => json_patch::merge(&mut object, body),
         PatchKind::Json => {
-            let ops: json_patch::Patch = serde_json::from_value(body.clone()).map_err(|e| {
+            let mut ops: json_patch::Patch = serde_json::from_value(body.clone()).map_err(|e| {
                 ApiError::bad_request(format!("the JSON patch does not parse: {e}"))
             })?;
+            // The real server's JSON patch (evanphx/json-patch) passes a `test` for null on a
+            // missing member whose parent exists; kube-rs' finalizer helper relies on it.
+            ops.0.retain(|op| match op {
+                json_patch::PatchOperation::Test(t) if t.value.is_null() => {
+                    let parent = t.path.parent().map(|p| p.resolve(&object).is_ok());
+                    !(parent == Some(true) && t.path.resolve(&object).is_err())
+                }
+                _ => true,
+            });
             json_patch::patch(&mut object, &ops).map_err(|e| {
                 ApiError::invalid(
                     &r.plural,

@@ -390,8 +390,12 @@ fn validate_number(
     }
 }
 
+/// A bound as Go prints a float64 with `%v`: `1`, not `1.0`.
 fn number(v: &Value) -> String {
-    v.to_string()
+    match v.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+        _ => v.to_string(),
+    }
 }
 
 /// The checks of a CRD that a manifest can get wrong: its name, scope, versions (one storage
