@@ -1,7 +1,7 @@
 //! The loopback API server judged by Terraform's own `kubernetes` state backend (client-go
 //! inside Terraform), as processes: `init`, `apply` writing the state Secret, a second `apply`
 //! refused while a first one holds the lock Lease, `force-unlock` after a killed run, and
-//! workspaces. Run with every Terraform at hand: the one the runner tests use (1.11 on this
+//! workspaces, all as a ServiceAccount holding only the RBAC the notes list. Run with every Terraform at hand: the one the runner tests use (1.11 on this
 //! machine image, which sends Lease bodies as JSON) and one of 1.13 or later (built by
 //! `scripts/install-terraform --at-least 1.13`, which sends them as protobuf).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams};
+use serde_json::json;
 use tests::cluster::LoopbackCluster;
 
 mod support;
@@ -49,16 +51,20 @@ fn minor_version(terraform: &Path) -> Option<u32> {
     v.split('.').nth(1)?.parse().ok()
 }
 
+fn from_json<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
+    serde_json::from_value(v).unwrap()
+}
+
 struct Workdir {
     terraform: PathBuf,
     dir: tempfile::TempDir,
 }
 
 impl Workdir {
-    fn new(terraform: &Path, cluster: &LoopbackCluster) -> Self {
+    fn new(terraform: &Path, kubeconfig_text: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, cluster.kubeconfig()).unwrap();
+        std::fs::write(&kubeconfig, kubeconfig_text).unwrap();
         std::fs::write(
             dir.path().join("main.tf"),
             format!(
@@ -167,7 +173,40 @@ async fn judge(terraform: &Path, protobuf: bool) {
     support::namespace(&client, "tf").await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "tf");
     let leases: Api<Lease> = Api::namespaced(client.clone(), "tf");
-    let w = Workdir::new(terraform, &cluster);
+    // Terraform runs as a ServiceAccount with exactly the RBAC the notes list for the backend.
+    let pp = kube::api::PostParams::default();
+    Api::<ServiceAccount>::namespaced(client.clone(), "tf")
+        .create(&pp, &from_json(json!({"metadata": {"name": "tf-runner"}})))
+        .await
+        .unwrap();
+    Api::<Role>::namespaced(client.clone(), "tf")
+        .create(
+            &pp,
+            &from_json(json!({
+                "metadata": {"name": "tf-state"},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["secrets"],
+                     "verbs": ["get", "list", "create", "update", "delete"]},
+                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                     "verbs": ["get", "create", "update", "delete"]},
+                ],
+            })),
+        )
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), "tf")
+        .create(
+            &pp,
+            &from_json(json!({
+                "metadata": {"name": "tf-state"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tf-state"},
+                "subjects": [{"kind": "ServiceAccount", "name": "tf-runner"}],
+            })),
+        )
+        .await
+        .unwrap();
+    let token = cluster.service_account_token("tf", "tf-runner").unwrap();
+    let w = Workdir::new(terraform, &cluster.kubeconfig_for(&token));
     let label = terraform.display().to_string();
 
     // init and apply: the state Secret, with Terraform's labels, gzip state naming the resource.
@@ -294,6 +333,15 @@ async fn judge(terraform: &Path, protobuf: bool) {
     assert_eq!(listed.items.len(), 2);
 
     // The wire: Lease writes arrive as protobuf from Terraform 1.13 on, as JSON before.
+    let refused: Vec<_> = cluster
+        .audit()
+        .into_iter()
+        .filter(|a| a.code == 403)
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "{label}: the backend needed more RBAC: {refused:?}"
+    );
     let lease_writes: Vec<_> = cluster
         .audit()
         .into_iter()

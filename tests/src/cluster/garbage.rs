@@ -87,6 +87,9 @@ impl Collector {
     }
 
     fn changed(&self, store: &mut Store, key: &Key, object: &Value, now: jiff::Timestamp) {
+        if key.resource == "namespaces" && !deleting(object) {
+            default_service_account(store, &key.name, now);
+        }
         if object["metadata"]["ownerReferences"].is_array() {
             dependent_check(store, key, object, now);
         }
@@ -113,6 +116,26 @@ impl Collector {
         if key.resource == "namespaces" {
             namespace_check(store, object, now);
         }
+    }
+}
+
+/// The ServiceAccount controller: every active namespace has a `default` ServiceAccount.
+fn default_service_account(store: &mut Store, namespace: &str, now: jiff::Timestamp) {
+    let key = Key {
+        resource: "serviceaccounts".into(),
+        namespace: namespace.into(),
+        name: "default".into(),
+    };
+    if store.get(&key).is_some() {
+        return;
+    }
+    if let Some(r) = resources::by_store_name(store, "serviceaccounts") {
+        let ctx = registry::Ctx {
+            now,
+            uid: format!("00000000-0000-4000-a000-{:012x}", store.version()),
+        };
+        let sa = json!({"metadata": {"name": "default"}});
+        let _ = registry::create(store, &r, namespace, sa, &ctx);
     }
 }
 

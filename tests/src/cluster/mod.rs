@@ -14,6 +14,7 @@
 //! Not yet: RBAC and users other than the admin, ResourceQuota, the kubelet stand-in,
 //! Pod logs, `fieldValidation=Strict` for unknown fields, `dryRun`, CEL validation rules.
 
+pub mod auth;
 pub mod errors;
 pub mod garbage;
 pub mod handlers;
@@ -63,6 +64,35 @@ impl Drop for LoopbackCluster {
     }
 }
 
+/// A store with what every cluster starts with: the `default`, `kube-system`, `kube-public`
+/// and `kube-node-lease` namespaces and the `cluster-admin` ClusterRole.
+fn bootstrap() -> store::Store {
+    let mut store = store::Store::default();
+    let mut n = 0;
+    let mut ctx = || {
+        n += 1;
+        registry::Ctx {
+            now: jiff::Timestamp::now(),
+            uid: format!("00000000-0000-4000-9000-{n:012x}"),
+        }
+    };
+    let all = resources::all(&store);
+    let find = |plural: &str| all.iter().find(|r| r.plural == plural);
+    if let Some(r) = find("namespaces") {
+        for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let ns = serde_json::json!({"metadata": {"name": name}});
+            // (A fresh store has none of these: creation cannot fail.)
+            let _ = registry::create(&mut store, r, "", ns, &ctx());
+        }
+    }
+    if let Some(r) = find("clusterroles") {
+        for role in auth::bootstrap_roles() {
+            let _ = registry::create(&mut store, r, "", role, &ctx());
+        }
+    }
+    store
+}
+
 impl LoopbackCluster {
     /// Starts a server on 127.0.0.1, port 0, with a fresh CA, inside the current Tokio runtime.
     ///
@@ -99,9 +129,13 @@ impl LoopbackCluster {
         let addr = listener.local_addr()?;
         let admin_token = format!("admin-{}", jiff::Timestamp::now().as_nanosecond());
         let shared = Arc::new(serve::Shared {
-            store: Mutex::new(store::Store::default()),
+            store: Mutex::new(bootstrap()),
             audit: Mutex::new(Vec::new()),
-            admin_token: admin_token.clone(),
+            tokens: Mutex::new({
+                let mut t = auth::Tokens::default();
+                t.add_admin(&admin_token);
+                t
+            }),
             uids: std::sync::atomic::AtomicU64::new(1),
         });
         let gc = tokio::spawn(serve::collect_garbage(shared.clone()));
@@ -138,14 +172,43 @@ impl LoopbackCluster {
             .compact(keep);
     }
 
+    /// A bearer token for a user with `groups` (RBAC decides what it may do).
+    pub fn user_token(&self, user: &str, groups: &[&str]) -> String {
+        let mut groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+        groups.push("system:authenticated".into());
+        self.shared
+            .tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .mint_user(auth::Identity {
+                user: user.into(),
+                groups,
+            })
+    }
+
+    /// A bearer token for the ServiceAccount `name` in `namespace`, as a `TokenRequest` gives
+    /// one (`None` when it does not exist); it stops working when the ServiceAccount goes.
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> Option<String> {
+        let store = self.shared.store.lock().unwrap_or_else(|e| e.into_inner());
+        self.shared
+            .tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .mint_service_account(&store, namespace, name)
+    }
+
     /// A kubeconfig for the admin (what kubectl and client libraries read).
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_for(&self.admin_token)
+    }
+
+    /// A kubeconfig authenticating with `token`.
+    pub fn kubeconfig_for(&self, token: &str) -> String {
         use base64::Engine;
         let ca = base64::engine::general_purpose::STANDARD.encode(self.ca_pem.as_bytes());
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: loopback\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: loopback\n  context:\n    cluster: loopback\n    user: admin\ncurrent-context: loopback\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: loopback\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\nusers:\n- name: loopback-user\n  user:\n    token: {token}\ncontexts:\n- name: loopback\n  context:\n    cluster: loopback\n    user: loopback-user\ncurrent-context: loopback\n",
             addr = self.addr,
-            token = self.admin_token,
         )
     }
 }

@@ -40,6 +40,8 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
         ("v1", "ConfigMap") => config_map(&raw)?,
         ("v1", "ServiceAccount") => service_account(&raw)?,
         ("coordination.k8s.io/v1", "Lease") => lease(&raw)?,
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => access_review(&raw)?,
+        ("authentication.k8s.io/v1", "TokenRequest") => token_request(&raw)?,
         // Delete options travel with the version of the group they are sent to.
         (_, "DeleteOptions") => delete_options(&raw)?,
         _ => {
@@ -226,6 +228,40 @@ fn lease(raw: &[u8]) -> Result<Value, ApiError> {
     }
     out.insert("spec".into(), Value::Object(spec));
     Ok(Value::Object(out))
+}
+
+fn access_review(raw: &[u8]) -> Result<Value, ApiError> {
+    let r = k8s_pb::api::authorization::v1::SelfSubjectAccessReview::decode(raw).map_err(bad)?;
+    let mut attributes = Map::new();
+    if let Some(a) = r.spec.as_ref().and_then(|s| s.resource_attributes.as_ref()) {
+        for (key, value) in [
+            ("namespace", &a.namespace),
+            ("verb", &a.verb),
+            ("group", &a.group),
+            ("version", &a.version),
+            ("resource", &a.resource),
+            ("subresource", &a.subresource),
+            ("name", &a.name),
+        ] {
+            put(&mut attributes, key, json!(value));
+        }
+    }
+    Ok(json!({
+        "metadata": object_meta(r.metadata.as_ref()),
+        "spec": {"resourceAttributes": attributes},
+    }))
+}
+
+fn token_request(raw: &[u8]) -> Result<Value, ApiError> {
+    let t = k8s_pb::api::authentication::v1::TokenRequest::decode(raw).map_err(bad)?;
+    let mut spec = Map::new();
+    if let Some(s) = &t.spec {
+        put(&mut spec, "audiences", json!(s.audiences));
+        if let Some(e) = s.expiration_seconds {
+            spec.insert("expirationSeconds".into(), json!(e));
+        }
+    }
+    Ok(json!({"metadata": object_meta(t.metadata.as_ref()), "spec": spec}))
 }
 
 fn delete_options(raw: &[u8]) -> Result<Value, ApiError> {

@@ -206,6 +206,16 @@ const BUILT_IN: &[Row] = &[
         false,
     ),
     (
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        &[],
+        false,
+        false,
+        false,
+    ),
+    (
         "apiextensions.k8s.io",
         "v1",
         "customresourcedefinitions",

@@ -33,14 +33,14 @@ pub struct Audit {
 pub(super) struct Shared {
     pub store: Mutex<Store>,
     pub audit: Mutex<Vec<Audit>>,
-    pub admin_token: String,
+    pub tokens: Mutex<super::auth::Tokens>,
     pub uids: std::sync::atomic::AtomicU64,
 }
 
-fn lock(store: &Mutex<Store>) -> std::sync::MutexGuard<'_, Store> {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic in one request cannot leave the store half-written in a way later requests
     // care about; keep serving.
-    store.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 type Body = BoxBody<Bytes, std::convert::Infallible>;
@@ -184,15 +184,75 @@ fn list_options(
     })
 }
 
+/// Answers `req` and records it in the audit log (every answer, refusals included).
 async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
-    let authorized = req
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    let media_type = req
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let response = answer(shared.clone(), req).await;
+    lock(&shared.audit).push(Audit {
+        method,
+        path,
+        media_type,
+        code: response.status().as_u16(),
+    });
+    response
+}
+
+async fn answer(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let token = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t == shared.admin_token);
-    if !authorized {
+        .unwrap_or("")
+        .to_string();
+    let who = {
+        let store = lock(&shared.store);
+        lock(&shared.tokens).authenticate(&store, &token)
+    };
+    let Some(mut who) = who else {
         return error_response(&ApiError::unauthorized());
+    };
+    // Impersonation (`kubectl --as`): allowed by the `impersonate` verb on users and groups.
+    if let Some(user) = req
+        .headers()
+        .get("impersonate-user")
+        .and_then(|v| v.to_str().ok())
+    {
+        let groups: Vec<String> = req
+            .headers()
+            .get_all("impersonate-group")
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(String::from))
+            .collect();
+        let store = lock(&shared.store);
+        let asks = std::iter::once(("users", user.to_string()))
+            .chain(groups.iter().map(|g| ("groups", g.clone())));
+        for (resource, name) in asks {
+            let a = super::auth::Attributes {
+                verb: "impersonate".into(),
+                group: String::new(),
+                resource: resource.into(),
+                subresource: String::new(),
+                namespace: String::new(),
+                name,
+            };
+            if !super::auth::allowed(&store, &who, &a) {
+                return error_response(&super::auth::forbidden(&who, &a));
+            }
+        }
+        let mut groups = groups;
+        groups.push("system:authenticated".into());
+        who = super::auth::Identity {
+            user: user.to_string(),
+            groups,
+        };
     }
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
@@ -221,14 +281,37 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
     let media = header(hyper::header::CONTENT_TYPE);
     let agent = header(hyper::header::USER_AGENT);
     let q = query(&req);
+    let watching = q.get("watch").is_some_and(|v| v == "1" || v == "true");
+    let attributes = super::auth::Attributes {
+        verb: match (method.as_str(), target.name.is_some(), watching) {
+            ("GET", _, true) => "watch",
+            ("GET", true, _) => "get",
+            ("GET", false, _) => "list",
+            ("POST", _, _) => "create",
+            ("PUT", _, _) => "update",
+            ("PATCH", _, _) => "patch",
+            ("DELETE", true, _) => "delete",
+            ("DELETE", false, _) => "deletecollection",
+            (other, _, _) => other,
+        }
+        .to_string(),
+        group: target.resource.group.clone(),
+        resource: target.resource.plural.clone(),
+        subresource: target.subresource.clone().unwrap_or_default(),
+        namespace: target.namespace.clone().unwrap_or_default(),
+        name: target.name.clone().unwrap_or_default(),
+    };
+    // Every authenticated user may review its own access (system:basic-user).
+    let self_review = target.resource.plural == "selfsubjectaccessreviews";
+    let permitted = self_review || super::auth::allowed(&lock(&shared.store), &who, &attributes);
+    if !permitted {
+        return error_response(&super::auth::forbidden(&who, &attributes));
+    }
     let options = match list_options(&q, &target.resource.kind) {
         Ok(o) => o,
         Err(e) => return error_response(&e),
     };
-    if method == "GET"
-        && target.name.is_none()
-        && q.get("watch").is_some_and(|v| v == "1" || v == "true")
-    {
+    if method == "GET" && target.name.is_none() && watching {
         return watch(shared, target, options, &q);
     }
     let body = match req.into_body().collect().await {
@@ -246,6 +329,11 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         None if is_apply => String::new(),
         None => agent.split('/').next().unwrap_or("unknown").to_string(),
     };
+    if self_review || target.subresource.as_deref() == Some("token") {
+        let answer = identity_request(&shared, &who, &target, &media, &body);
+        let (code, body) = answer.unwrap_or_else(|e| (e.code, e.status()));
+        return json_response(code, &body);
+    }
     let call = handlers::Call {
         method: &method,
         target: &target,
@@ -264,17 +352,56 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         Ok((code, body)) => (code, body),
         Err(e) => (e.code, e.status()),
     };
-    shared
-        .audit
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(Audit {
-            method,
-            path,
-            media_type: media,
-            code,
-        });
     json_response(code, &body)
+}
+
+/// The requests about identity rather than objects: a `SelfSubjectAccessReview` (answered
+/// with RBAC's verdict, stored nowhere) and a ServiceAccount's `TokenRequest`.
+fn identity_request(
+    shared: &Shared,
+    who: &super::auth::Identity,
+    target: &handlers::Target,
+    media: &str,
+    body: &[u8],
+) -> Result<(u16, Value), ApiError> {
+    let mut request = handlers::decode_body(media, body)?;
+    let store = lock(&shared.store);
+    if target.resource.plural == "selfsubjectaccessreviews" {
+        let r = &request["spec"]["resourceAttributes"];
+        let text = |k: &str| r[k].as_str().unwrap_or("").to_string();
+        let attributes = super::auth::Attributes {
+            verb: text("verb"),
+            group: text("group"),
+            resource: text("resource"),
+            subresource: text("subresource"),
+            namespace: text("namespace"),
+            name: text("name"),
+        };
+        let allowed = super::auth::allowed(&store, who, &attributes);
+        request["status"] = json!({"allowed": allowed});
+        if allowed && who.groups.iter().all(|g| g != "system:masters") {
+            request["status"]["reason"] = json!("RBAC: allowed by a role binding");
+        }
+        return Ok((201, request));
+    }
+    let namespace = target.namespace.as_deref().unwrap_or("");
+    let name = target.name.as_deref().unwrap_or("");
+    let token = lock(&shared.tokens)
+        .mint_service_account(&store, namespace, name)
+        .ok_or_else(|| ApiError::not_found("serviceaccounts", "", name))?;
+    let seconds = request["spec"]["expirationSeconds"]
+        .as_i64()
+        .unwrap_or(3600);
+    let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(seconds);
+    request["apiVersion"] = json!("authentication.k8s.io/v1");
+    request["kind"] = json!("TokenRequest");
+    request["metadata"]["name"] = json!(name);
+    request["metadata"]["namespace"] = json!(namespace);
+    request["status"] = json!({
+        "token": token,
+        "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    });
+    Ok((201, request))
 }
 
 /// Runs the garbage collector and the namespace controller after every change.
