@@ -91,6 +91,7 @@ fn bench(c: &mut Criterion) {
         home: work.path().to_path_buf(),
         grace: Duration::from_secs(10),
         max_log_lines: 100_000,
+        kubeconfig: None,
     });
     let server_tls = ServerTls {
         cert: secret.tls_crt,

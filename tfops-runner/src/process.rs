@@ -46,7 +46,8 @@ pub enum ProcessError {
 pub struct Args {
     /// `--grpc-port` (default 30000).
     pub port: u16,
-    /// `--listen` address (default `0.0.0.0`; local mode uses `127.0.0.1`).
+    /// `--listen` address (default `TFOPS_LISTEN`, else `0.0.0.0`; local mode uses
+    /// `127.0.0.1`).
     pub listen: String,
     /// `--tls-dir` with `tls.crt`, `tls.key`, `ca.crt`.
     pub tls_dir: PathBuf,
@@ -70,7 +71,9 @@ pub const USAGE: &str = "tfops-runner --grpc-port 30000 --tls-dir DIR [--listen 
 pub fn parse_args(argv: &[String]) -> Result<Option<Args>, ProcessError> {
     let mut args = Args {
         port: 30000,
-        listen: "0.0.0.0".into(),
+        // A Pod binds every address of its own network namespace; the loopback cluster's
+        // kubelet, running Pods as plain processes, names each its own address instead.
+        listen: std::env::var("TFOPS_LISTEN").unwrap_or_else(|_| "0.0.0.0".into()),
         tls_dir: PathBuf::from("/run/tfops/tls"),
         max_message: DEFAULT_MAX_MESSAGE,
         workdir_root: std::env::temp_dir(),
@@ -139,6 +142,7 @@ pub async fn run(args: Args) -> Result<(), ProcessError> {
         home,
         grace: args.grace,
         max_log_lines: 50_000,
+        kubeconfig: std::env::var_os("TFOPS_KUBECONFIG").map(PathBuf::from),
     });
     service.prefetch_version();
     let listener = tokio::net::TcpListener::bind((args.listen.as_str(), args.port))

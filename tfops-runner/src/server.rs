@@ -33,6 +33,10 @@ pub struct RunnerConfig {
     pub grace: Duration,
     /// Log lines kept per run for re-attaching clients.
     pub max_log_lines: usize,
+    /// A kubeconfig the kubernetes backend reads instead of the in-cluster configuration,
+    /// when a request asks for in-cluster configuration (`TFOPS_KUBECONFIG`: the loopback
+    /// cluster's kubelet stand-in sets it, having no `/var/run/secrets` to offer a process).
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// Chooses the binary for `binary: auto | terraform | tofu` from the process environment:
@@ -538,6 +542,7 @@ impl Runner for RunnerService {
                 &k.secret_suffix,
                 &k.namespace,
                 k.in_cluster_config,
+                self.config.kubeconfig.as_deref(),
                 &k.labels.into_iter().collect(),
             )),
             Some(proto::backend::Kind::Custom(block)) => Some(block),

@@ -57,11 +57,14 @@ pub fn hcl_string(value: &str) -> String {
     json.replace("${", "$${").replace("%{", "%%{")
 }
 
-/// The Kubernetes backend block: state in `tfstate-<workspace>-<suffix>` in `namespace`.
+/// The Kubernetes backend block: state in `tfstate-<workspace>-<suffix>` in `namespace`;
+/// with `in_cluster`, the Pod's in-cluster configuration, or `kubeconfig` when the runner was
+/// given one in its place.
 pub fn kubernetes_backend(
     suffix: &str,
     namespace: &str,
     in_cluster: bool,
+    kubeconfig: Option<&Path>,
     labels: &BTreeMap<String, String>,
 ) -> String {
     let mut out = String::from("terraform {\n  backend \"kubernetes\" {\n");
@@ -70,7 +73,13 @@ pub fn kubernetes_backend(
         "    namespace         = {}\n",
         hcl_string(namespace)
     ));
-    out.push_str(&format!("    in_cluster_config = {in_cluster}\n"));
+    match kubeconfig.filter(|_| in_cluster) {
+        Some(path) => out.push_str(&format!(
+            "    config_path       = {}\n",
+            hcl_string(&path.to_string_lossy())
+        )),
+        None => out.push_str(&format!("    in_cluster_config = {in_cluster}\n")),
+    }
     if !labels.is_empty() {
         out.push_str("    labels = {\n");
         for (k, v) in labels {
@@ -259,8 +268,19 @@ mod prepare_tests {
             "vpc",
             "team-a",
             true,
+            None,
             &BTreeMap::from([("team".to_string(), "net".to_string())]),
         );
+        // A kubeconfig given to the runner replaces the in-cluster configuration.
+        let given = kubernetes_backend(
+            "vpc",
+            "team-a",
+            true,
+            Some(Path::new("/pod/kubeconfig")),
+            &BTreeMap::new(),
+        );
+        assert!(given.contains("config_path       = \"/pod/kubeconfig\""));
+        assert!(!given.contains("in_cluster_config"));
         let files = [
             MappedFile {
                 home: false,

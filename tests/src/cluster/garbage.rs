@@ -47,12 +47,19 @@ impl Collector {
             if changes.is_empty() {
                 return;
             }
+            let mut quota_namespaces = std::collections::BTreeSet::new();
             for (kind, key, object) in changes {
+                if key.resource == "pods" || key.resource == "resourcequotas" {
+                    quota_namespaces.insert(key.namespace.clone());
+                }
                 if kind == "DELETED" {
                     self.gone(store, &key, &object, now);
                 } else if let Some(current) = store.get(&key).cloned() {
                     self.changed(store, &key, &current, now);
                 }
+            }
+            for namespace in quota_namespaces {
+                quota_status(store, &namespace);
             }
         }
     }
@@ -115,6 +122,23 @@ impl Collector {
         }
         if key.resource == "namespaces" {
             namespace_check(store, object, now);
+        }
+    }
+}
+
+/// The quota controller: each ResourceQuota's `status` shows `hard` and what is used.
+fn quota_status(store: &mut Store, namespace: &str) {
+    let Some(r) = resources::by_store_name(store, "resourcequotas") else {
+        return;
+    };
+    for (name, status) in super::quota::statuses(store, namespace) {
+        let key = r.key(namespace, &name);
+        if let Some(q) = store.get(&key).cloned()
+            && q["status"] != status
+        {
+            let mut q = q;
+            q["status"] = status;
+            registry::controller_update(store, &r, q);
         }
     }
 }

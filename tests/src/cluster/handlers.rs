@@ -58,6 +58,7 @@ pub fn target(store: &Store, path: &str) -> Result<Target, ApiError> {
         Some("status") => resource.status_subresource,
         Some("finalize") => resource.kind == "Namespace" && resource.group.is_empty(),
         Some("token") => resource.kind == "ServiceAccount" && resource.group.is_empty(),
+        Some("log") => resource.kind == "Pod" && resource.group.is_empty(),
         Some(_) => false,
     };
     if !served {

@@ -18,8 +18,10 @@ pub mod auth;
 pub mod errors;
 pub mod garbage;
 pub mod handlers;
+pub mod kubelet;
 pub mod managed;
 pub mod protobuf;
+pub mod quota;
 pub mod registry;
 pub mod resources;
 pub mod schema;
@@ -46,6 +48,13 @@ pub enum ClusterError {
     Bind(#[from] std::io::Error),
 }
 
+/// What to start besides the API server.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The kubelet stand-in, which runs Pods as local processes.
+    pub kubelet: Option<kubelet::KubeletConfig>,
+}
+
 /// A running loopback API server; stopped when dropped.
 pub struct LoopbackCluster {
     /// Where it listens (`https://<addr>`).
@@ -55,11 +64,15 @@ pub struct LoopbackCluster {
     /// The admin's bearer token.
     pub admin_token: String,
     shared: Arc<serve::Shared>,
+    kubelet: Option<kubelet::Kubelet>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for LoopbackCluster {
     fn drop(&mut self) {
+        if let Some(k) = &self.kubelet {
+            k.kill_all();
+        }
         self.task.abort();
     }
 }
@@ -99,6 +112,14 @@ impl LoopbackCluster {
     /// # Errors
     /// [`ClusterError`].
     pub async fn start() -> Result<Self, ClusterError> {
+        Self::start_with(Options::default()).await
+    }
+
+    /// Starts a server as [`start`](Self::start) does, with `options` (a kubelet).
+    ///
+    /// # Errors
+    /// [`ClusterError`].
+    pub async fn start_with(options: Options) -> Result<Self, ClusterError> {
         use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
         let ca_key = KeyPair::generate()?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
@@ -128,7 +149,14 @@ impl LoopbackCluster {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let admin_token = format!("admin-{}", jiff::Timestamp::now().as_nanosecond());
+        let kubelet_state = options
+            .kubelet
+            .as_ref()
+            .map(|_| Arc::new(kubelet::State::default()));
         let shared = Arc::new(serve::Shared {
+            addr,
+            ca_pem: ca_cert.pem(),
+            kubelet: kubelet_state.clone(),
             store: Mutex::new(bootstrap()),
             audit: Mutex::new(Vec::new()),
             tokens: Mutex::new({
@@ -139,16 +167,42 @@ impl LoopbackCluster {
             uids: std::sync::atomic::AtomicU64::new(1),
         });
         let gc = tokio::spawn(serve::collect_garbage(shared.clone()));
+        let kubelet = match (options.kubelet, kubelet_state) {
+            (Some(config), Some(state)) => {
+                let task = tokio::spawn(kubelet::run(
+                    shared.clone(),
+                    state.clone(),
+                    Arc::new(config),
+                    addr.to_string(),
+                ));
+                Some((
+                    task,
+                    kubelet::Kubelet {
+                        state,
+                        shared: shared.clone(),
+                    },
+                ))
+            }
+            _ => None,
+        };
+        let (kubelet_task, kubelet) = match kubelet {
+            Some((t, k)) => (Some(t), Some(k)),
+            None => (None, None),
+        };
         let serving = tokio::spawn(serve::accept(listener, Arc::new(tls), shared.clone()));
         let task = tokio::spawn(async move {
             let _ = serving.await;
             gc.abort();
+            if let Some(k) = kubelet_task {
+                k.abort();
+            }
         });
         Ok(Self {
             addr,
             ca_pem: ca_cert.pem(),
             admin_token,
             shared,
+            kubelet,
             task,
         })
     }
@@ -204,11 +258,20 @@ impl LoopbackCluster {
 
     /// A kubeconfig authenticating with `token`.
     pub fn kubeconfig_for(&self, token: &str) -> String {
-        use base64::Engine;
-        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca_pem.as_bytes());
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: loopback\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\nusers:\n- name: loopback-user\n  user:\n    token: {token}\ncontexts:\n- name: loopback\n  context:\n    cluster: loopback\n    user: loopback-user\ncurrent-context: loopback\n",
-            addr = self.addr,
-        )
+        kubeconfig_text(self.addr, &self.ca_pem, token)
     }
+
+    /// The kubelet stand-in, when the cluster was started with one.
+    pub fn kubelet(&self) -> Option<&kubelet::Kubelet> {
+        self.kubelet.as_ref()
+    }
+}
+
+/// A kubeconfig for the server at `addr` whose CA is `ca_pem`, authenticating with `token`.
+fn kubeconfig_text(addr: SocketAddr, ca_pem: &str, token: &str) -> String {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem.as_bytes());
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: loopback\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\nusers:\n- name: loopback-user\n  user:\n    token: {token}\ncontexts:\n- name: loopback\n  context:\n    cluster: loopback\n    user: loopback-user\ncurrent-context: loopback\n"
+    )
 }

@@ -156,7 +156,54 @@ pub fn create(
     object["kind"] = json!(r.kind);
     prepare_create(r, &mut object);
     let object = admit(r, &name, object)?;
-    Ok(store.put(key, object))
+    let mut object = object;
+    if r.group.is_empty() && r.kind == "Pod" {
+        admit_pod(store, namespace, &name, &mut object)?;
+    }
+    let stored = store.put(key, object);
+    if r.group.is_empty() && r.kind == "Namespace" {
+        // The ServiceAccount controller's `default` account, made at once here so that a Pod
+        // created right after its namespace finds it (the real one takes milliseconds).
+        let sa = Key {
+            resource: "serviceaccounts".into(),
+            namespace: name.clone(),
+            name: "default".into(),
+        };
+        let account = json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "default", "namespace": name,
+                         "uid": format!("{}-sa", ctx.uid), "creationTimestamp": timestamp(ctx.now)},
+        });
+        store.put(sa, account);
+    }
+    Ok(stored)
+}
+
+/// The admission plugins of a Pod: ServiceAccount (the account must exist; `default` when
+/// none is named) and ResourceQuota.
+fn admit_pod(store: &Store, namespace: &str, name: &str, pod: &mut Value) -> Result<(), ApiError> {
+    let account = pod["spec"]["serviceAccountName"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+        .to_string();
+    pod["spec"]["serviceAccountName"] = json!(account);
+    let key = Key {
+        resource: "serviceaccounts".into(),
+        namespace: namespace.into(),
+        name: account.clone(),
+    };
+    if store.get(&key).is_none() {
+        return Err(ApiError::forbidden(
+            "pods",
+            "",
+            name,
+            format!(
+                "error looking up service account {namespace}/{account}: serviceaccount \"{account}\" not found"
+            ),
+        ));
+    }
+    super::quota::admit(store, namespace, name, pod)
 }
 
 /// What each kind's strategy sets on create.
@@ -201,9 +248,23 @@ fn prepare_create(r: &Resource, object: &mut Value) {
     }
 }
 
-/// The checks every write passes before it is stored: the kind's own validation and, for
-/// custom resources, pruning, defaulting and validation against the CRD's schema.
-fn admit(r: &Resource, name: &str, object: Value) -> Result<Value, ApiError> {
+/// The checks every write passes before it is stored: the kind's own normalisation and
+/// validation and, for custom resources, pruning, defaulting and validation against the CRD's
+/// schema.
+fn admit(r: &Resource, name: &str, mut object: Value) -> Result<Value, ApiError> {
+    if r.group.is_empty() && r.kind == "Secret" {
+        // The API's conversion of a Secret: `stringData` is written into `data` (winning over
+        // a key of the same name) and never stored.
+        if let Some(Value::Object(strings)) =
+            object.as_object_mut().and_then(|o| o.remove("stringData"))
+        {
+            use base64::Engine;
+            let b64 = base64::engine::general_purpose::STANDARD;
+            for (k, v) in strings {
+                object["data"][k.as_str()] = json!(b64.encode(v.as_str().unwrap_or("")));
+            }
+        }
+    }
     let object = match &r.schema {
         Some(s) => schema::admit(s, object)
             .map_err(|errors| ApiError::invalid_fields(&r.kind, &r.group, name, errors))?,

@@ -31,13 +31,24 @@ pub struct Audit {
 
 /// What every connection shares.
 pub(super) struct Shared {
+    pub addr: std::net::SocketAddr,
+    pub ca_pem: String,
+    pub kubelet: Option<Arc<super::kubelet::State>>,
     pub store: Mutex<Store>,
     pub audit: Mutex<Vec<Audit>>,
     pub tokens: Mutex<super::auth::Tokens>,
     pub uids: std::sync::atomic::AtomicU64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+impl Shared {
+    /// A kubeconfig for this server authenticating with `token`.
+    pub fn kubeconfig_for(&self, token: &str) -> String {
+        super::kubeconfig_text(self.addr, &self.ca_pem, token)
+    }
+}
+
+/// Locks `m`, whether or not a holder panicked.
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic in one request cannot leave the store half-written in a way later requests
     // care about; keep serving.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -329,6 +340,9 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         None if is_apply => String::new(),
         None => agent.split('/').next().unwrap_or("unknown").to_string(),
     };
+    if target.subresource.as_deref() == Some("log") && method == "GET" {
+        return pod_log(&shared, &target, &q);
+    }
     if self_review || target.subresource.as_deref() == Some("token") {
         let answer = identity_request(&shared, &who, &target, &media, &body);
         let (code, body) = answer.unwrap_or_else(|e| (e.code, e.status()));
@@ -353,6 +367,51 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         Err(e) => (e.code, e.status()),
     };
     json_response(code, &body)
+}
+
+/// `pods/<name>/log`: the container's output as plain text (`tailLines` honoured).
+fn pod_log(
+    shared: &Shared,
+    target: &handlers::Target,
+    q: &std::collections::BTreeMap<String, String>,
+) -> Response<Body> {
+    let namespace = target.namespace.clone().unwrap_or_default();
+    let name = target.name.clone().unwrap_or_default();
+    let pod = lock(&shared.store)
+        .get(&super::store::Key {
+            resource: "pods".into(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+        })
+        .cloned();
+    let Some(pod) = pod else {
+        return error_response(&ApiError::not_found("pods", "", &name));
+    };
+    let path = shared
+        .kubelet
+        .as_ref()
+        .and_then(|k| lock(&k.logs).get(&format!("{namespace}/{name}")).cloned());
+    let Some(text) = path.and_then(|p| std::fs::read_to_string(p).ok()) else {
+        let container = pod["spec"]["containers"][0]["name"].as_str().unwrap_or("");
+        return error_response(&ApiError::bad_request(format!(
+            "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"
+        )));
+    };
+    let text = match q.get("tailLines").and_then(|t| t.parse::<usize>().ok()) {
+        Some(n) => {
+            let lines: Vec<&str> = text.lines().collect();
+            let mut tail = lines[lines.len().saturating_sub(n)..].join("\n");
+            tail.push('\n');
+            tail
+        }
+        None => text,
+    };
+    let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain"),
+    );
+    response
 }
 
 /// The requests about identity rather than objects: a `SelfSubjectAccessReview` (answered

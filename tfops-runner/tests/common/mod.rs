@@ -106,6 +106,7 @@ pub async fn start_runner(tls: ServerTls) -> Runner {
         home: dir.path().join("home"),
         grace: Duration::from_secs(10),
         max_log_lines: 10_000,
+        kubeconfig: None,
     };
     std::fs::create_dir_all(&config.workdir_root).unwrap();
     std::fs::create_dir_all(&config.home).unwrap();

@@ -1,0 +1,465 @@
+//! The kubelet stand-in, judged with the real runner binary and the real Terraform: a runner
+//! Pod created through the API becomes a process on its own loopback address, Ready when its
+//! port accepts, reachable over mTLS with the certificates of its Secret volume; a whole run
+//! through it writes Terraform's state with the Pod's ServiceAccount; deletion stops it
+//! gracefully; the faults a test injects (never Ready, killed mid-run, OOM-killed, image not
+//! runnable, a missing Secret) end as a kubelet reports them; ResourceQuota refuses a Pod
+//! over quota with the real message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Pod, ResourceQuota, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, LogParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use serde_json::json;
+use tests::cluster::kubelet::{Fault, KubeletConfig};
+use tests::cluster::{LoopbackCluster, Options};
+use tfops_runner::client::{ClientTls, RunnerClient, Session};
+use tfops_runner::tls::{Pki, runner_server_name};
+
+mod support;
+
+const IMAGE: &str = "ghcr.io/tfops/tfops-runner";
+
+/// The runner binary of this workspace, built when missing.
+fn runner_binary() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let binary = target.join("debug/tfops-runner");
+    if !binary.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "-q", "-p", "tfops-runner", "--bin", "tfops-runner"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "building tfops-runner");
+    }
+    binary
+}
+
+fn terraform() -> String {
+    std::env::var("TFOPS_TERRAFORM").unwrap_or_else(|_| "/usr/local/bin/terraform".into())
+}
+
+fn from<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
+    serde_json::from_value(v).unwrap()
+}
+
+struct Fixture {
+    cluster: LoopbackCluster,
+    client: kube::Client,
+    pki: Pki,
+    _root: tempfile::TempDir,
+}
+
+async fn fixture() -> Fixture {
+    let root = tempfile::tempdir().unwrap();
+    let mut base_env = std::collections::BTreeMap::new();
+    base_env.insert(
+        "PATH".to_string(),
+        std::env::var("PATH").unwrap_or_default(),
+    );
+    base_env.insert("TFOPS_TERRAFORM".to_string(), terraform());
+    let cluster = LoopbackCluster::start_with(Options {
+        kubelet: Some(KubeletConfig {
+            images: [(IMAGE.to_string(), runner_binary())].into(),
+            root: root.path().to_path_buf(),
+            base_env,
+        }),
+    })
+    .await
+    .unwrap();
+    let client = support::client(&cluster).await;
+    support::namespace(&client, "team-a").await;
+    let pp = PostParams::default();
+    Api::<ServiceAccount>::namespaced(client.clone(), "team-a")
+        .create(&pp, &from(json!({"metadata": {"name": "tf-runner"}})))
+        .await
+        .unwrap();
+    let pki = Pki::new(
+        SystemTime::now(),
+        Duration::from_secs(30 * 86_400),
+        Duration::from_secs(7 * 86_400),
+        Duration::from_secs(3 * 86_400),
+    )
+    .unwrap();
+    let s = pki.runner_secret("team-a", SystemTime::now()).unwrap();
+    Api::<Secret>::namespaced(client.clone(), "team-a")
+        .create(
+            &pp,
+            &from(json!({
+                "metadata": {"name": "terraform-runner.tls"},
+                "stringData": {"tls.crt": s.tls_crt, "tls.key": s.tls_key, "ca.crt": s.ca_crt},
+            })),
+        )
+        .await
+        .unwrap();
+    Fixture {
+        cluster,
+        client,
+        pki,
+        _root: root,
+    }
+}
+
+/// A runner Pod as the controller will shape it (the parts the kubelet reads).
+fn runner_pod(name: &str, image: &str) -> Pod {
+    from(json!({
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "tf-runner"}},
+        "spec": {
+            "serviceAccountName": "tf-runner",
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 10,
+            "containers": [{
+                "name": "runner",
+                "image": format!("{image}:dev"),
+                "args": ["--grpc-port", "30000", "--tls-dir", "/run/tfops/tls"],
+                "ports": [{"name": "grpc", "containerPort": 30000}],
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "env": [
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                ],
+                "volumeMounts": [
+                    {"name": "tls", "mountPath": "/run/tfops/tls", "readOnly": true},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                    {"name": "home", "mountPath": "/home/runner"},
+                ],
+            }],
+            "volumes": [
+                {"name": "tls", "secret": {"secretName": "terraform-runner.tls"}},
+                {"name": "tmp", "emptyDir": {}},
+                {"name": "home", "emptyDir": {}},
+            ],
+        },
+    }))
+}
+
+async fn wait_for(
+    pods: &Api<Pod>,
+    name: &str,
+    what: &str,
+    test: impl Fn(&Pod) -> bool + Send + 'static,
+) -> Pod {
+    let cond = move |p: Option<&Pod>| p.is_some_and(&test);
+    match tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(pods.clone(), name, cond),
+    )
+    .await
+    {
+        Ok(p) => p.unwrap().unwrap(),
+        Err(_) => {
+            let now = pods
+                .get(name)
+                .await
+                .ok()
+                .map(|p| serde_json::to_string(&p.status).unwrap());
+            let log = pods.logs(name, &LogParams::default()).await.ok();
+            panic!("{name} never {what}: status {now:?}, log {log:?}")
+        }
+    }
+}
+
+fn ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn terminated(p: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    p.status.as_ref()?.container_statuses.as_ref()?[0]
+        .state
+        .as_ref()?
+        .terminated
+        .clone()
+}
+
+fn client_tls(pki: &Pki) -> ClientTls {
+    let c = pki.client(SystemTime::now()).unwrap();
+    ClientTls {
+        ca_bundle: pki.trust_bundle(),
+        cert: c.cert,
+        key: c.key,
+        server_name: runner_server_name("team-a"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_pod_runs_a_whole_run_as_its_service_account() {
+    let f = fixture().await;
+    let pp = PostParams::default();
+    // The state backend's RBAC for the runner's ServiceAccount (the notes' list).
+    Api::<Role>::namespaced(f.client.clone(), "team-a")
+        .create(&pp, &from(json!({
+            "metadata": {"name": "tf-runner"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create", "update", "delete"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update", "delete"]},
+            ],
+        })))
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(f.client.clone(), "team-a")
+        .create(&pp, &from(json!({
+            "metadata": {"name": "tf-runner"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tf-runner"},
+            "subjects": [{"kind": "ServiceAccount", "name": "tf-runner"}],
+        })))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(f.client.clone(), "team-a");
+    pods.create(&pp, &runner_pod("vpc-tf-runner", IMAGE))
+        .await
+        .unwrap();
+    let pod = wait_for(&pods, "vpc-tf-runner", "became Ready", ready).await;
+    let status = pod.status.clone().unwrap();
+    let ip = status.pod_ip.clone().unwrap();
+    assert!(ip.starts_with("127.") && ip != "127.0.0.1", "{ip}");
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    assert_eq!(
+        pod.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("loopback")
+    );
+
+    // The controller's way in: Pod IP, port 30000, mTLS with the Secret's certificates.
+    let client = RunnerClient::connect(&format!("https://{ip}:30000"), &client_tls(&f.pki))
+        .await
+        .unwrap();
+    let mut session = Session::start(client, "vpc-1").await.unwrap();
+    let tree = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tree.path().join("main.tf"),
+        "resource \"terraform_data\" \"x\" {\n  input = \"hello\"\n}\noutput \"x\" {\n  value = terraform_data.x.output\n}\n",
+    )
+    .unwrap();
+    let mut data = Vec::new();
+    let summary = tfops_core::source::build_archive(tree.path(), None, &mut data).unwrap();
+    let object: tfops_core::api::TerraformObject = from(json!({
+        "metadata": {"name": "vpc", "namespace": "team-a", "generation": 1},
+        "spec": {"sourceRef": {"kind": "Local", "url": "."}, "path": "."},
+    }));
+    use tfops_core::ports::RunnerSession;
+    session
+        .setup(&tfops_core::ports::SetupRequest {
+            object,
+            artifact: tfops_core::ports::Artifact {
+                sha256: summary.sha256,
+                data: Arc::new(data),
+            },
+            inputs: Default::default(),
+        })
+        .await
+        .unwrap();
+    session.init().await.unwrap();
+    session.select_workspace("default").await.unwrap();
+    let plan = session
+        .plan(&tfops_core::ports::PlanRequest {
+            kind: tfops_core::ports::PlanKind::Normal,
+            targets: vec![],
+            parallelism: 0,
+        })
+        .await
+        .unwrap();
+    assert!(plan.has_changes);
+    session.apply("apply-1").await.unwrap();
+    // Terraform's kubernetes backend wrote the state as the Pod's ServiceAccount.
+    let state = Api::<Secret>::namespaced(f.client.clone(), "team-a")
+        .get("tfstate-default-vpc")
+        .await
+        .unwrap();
+    assert_eq!(state.metadata.labels.unwrap()["tfstateSecretSuffix"], "vpc");
+    let refused: Vec<_> = f
+        .cluster
+        .audit()
+        .into_iter()
+        .filter(|a| a.code == 403)
+        .collect();
+    assert!(refused.is_empty(), "{refused:?}");
+    let log = pods
+        .logs("vpc-tf-runner", &LogParams::default())
+        .await
+        .unwrap();
+    assert!(
+        log.contains("tfops-runner vpc-tf-runner in team-a: serving"),
+        "{log}"
+    );
+    drop(session);
+
+    // Deletion: SIGTERM, the runner stops by itself, the Pod goes.
+    let uid = pod.metadata.uid.clone().unwrap();
+    // (The answer is the Pod, marked for deletion: it waits for its process to stop.)
+    let answer = pods
+        .delete("vpc-tf-runner", &DeleteParams::default())
+        .await
+        .unwrap();
+    let marked = answer
+        .left()
+        .expect("a graceful delete answers with the Pod");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(marked.metadata.deletion_grace_period_seconds, Some(10));
+    let gone = await_condition(pods.clone(), "vpc-tf-runner", conditions::is_deleted(&uid));
+    tokio::time::timeout(Duration::from_secs(20), gone)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_end_as_a_kubelet_reports_them() {
+    let f = fixture().await;
+    let kubelet = f.cluster.kubelet().unwrap().clone();
+    let pods: Api<Pod> = Api::namespaced(f.client.clone(), "team-a");
+    let pp = PostParams::default();
+
+    // Killed mid-run: terminated with 137 and the log's tail as message, phase Failed.
+    pods.create(&pp, &runner_pod("killed", IMAGE))
+        .await
+        .unwrap();
+    wait_for(&pods, "killed", "became Ready", ready).await;
+    assert!(kubelet.kill("team-a", "killed"));
+    let p = wait_for(&pods, "killed", "terminated", |p| terminated(p).is_some()).await;
+    let t = terminated(&p).unwrap();
+    assert_eq!((t.exit_code, t.reason.as_deref()), (137, Some("Error")));
+    assert!(t.message.unwrap_or_default().contains("serving on"));
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Failed"));
+
+    // OOM-killed.
+    pods.create(&pp, &runner_pod("oom", IMAGE)).await.unwrap();
+    wait_for(&pods, "oom", "became Ready", ready).await;
+    assert!(kubelet.oom_kill("team-a", "oom"));
+    let p = wait_for(&pods, "oom", "terminated", |p| terminated(p).is_some()).await;
+    assert_eq!(terminated(&p).unwrap().reason.as_deref(), Some("OOMKilled"));
+    assert_eq!(terminated(&p).unwrap().exit_code, 137);
+
+    // Never Ready: running, the port even accepts, but Ready stays False.
+    kubelet.inject("team-a", "stuck", Fault::NeverReady);
+    pods.create(&pp, &runner_pod("stuck", IMAGE)).await.unwrap();
+    let p = wait_for(&pods, "stuck", "ran", |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    })
+    .await;
+    let ip = p.status.unwrap().pod_ip.unwrap();
+    let accepting = async {
+        while tokio::net::TcpStream::connect((ip.as_str(), 30000))
+            .await
+            .is_err()
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), accepting)
+        .await
+        .unwrap();
+    assert!(!ready(&pods.get("stuck").await.unwrap()));
+
+    // An image that does not exist here: waiting to be pulled, never running.
+    pods.create(&pp, &runner_pod("noimage", "registry.invalid/nothing"))
+        .await
+        .unwrap();
+    let p = wait_for(&pods, "noimage", "reported the pull", |p| {
+        waiting_reason(p).as_deref() == Some("ImagePullBackOff")
+    })
+    .await;
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+
+    // A missing Secret the environment needs: CreateContainerConfigError naming it.
+    let mut pod = runner_pod("nosecret", IMAGE);
+    pod.spec.as_mut().unwrap().containers[0]
+        .env
+        .as_mut()
+        .unwrap()
+        .push(from(json!({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}})));
+    pods.create(&pp, &pod).await.unwrap();
+    let p = wait_for(&pods, "nosecret", "reported the missing secret", |p| {
+        waiting_reason(p).as_deref() == Some("CreateContainerConfigError")
+    })
+    .await;
+    let message = p.status.unwrap().container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap()
+        .message
+        .unwrap();
+    assert_eq!(message, "secret \"creds\" not found");
+}
+
+fn waiting_reason(p: &Pod) -> Option<String> {
+    p.status.as_ref()?.container_statuses.as_ref()?[0]
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_quota_refuses_a_pod_over_it() {
+    let f = fixture().await;
+    let pp = PostParams::default();
+    Api::<ResourceQuota>::namespaced(f.client.clone(), "team-a")
+        .create(
+            &pp,
+            &from(json!({
+                "metadata": {"name": "runners"},
+                "spec": {"hard": {"pods": "1", "limits.memory": "1Gi"}},
+            })),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(f.client.clone(), "team-a");
+    // Limits are quota'd, so a Pod must state them.
+    let e = pods
+        .create(&pp, &runner_pod("bare", IMAGE))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("failed quota: runners: must specify limits.memory"),
+        "{e}"
+    );
+    let with_limits = |name: &str| {
+        let mut p = runner_pod(name, IMAGE);
+        p.spec.as_mut().unwrap().containers[0].resources =
+            Some(from(json!({"limits": {"memory": "512Mi"}})));
+        p
+    };
+    pods.create(&pp, &with_limits("first")).await.unwrap();
+    let e = pods.create(&pp, &with_limits("second")).await.unwrap_err();
+    let kube::Error::Api(s) = e else {
+        panic!("not an API error")
+    };
+    assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        s.message,
+        "pods \"second\" is forbidden: exceeded quota: runners, requested: pods=1, used: pods=1, limited: pods=1"
+    );
+    // The quota's status shows the usage.
+    let settled = async {
+        loop {
+            let q = Api::<ResourceQuota>::namespaced(f.client.clone(), "team-a")
+                .get("runners")
+                .await
+                .unwrap();
+            let used = q.status.and_then(|s| s.used).unwrap_or_default();
+            if used.get("pods").map(|q| q.0.as_str()) == Some("1")
+                && used.get("limits.memory").map(|q| q.0.as_str()) == Some("512Mi")
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), settled)
+        .await
+        .unwrap();
+}
