@@ -20,58 +20,6 @@ use tests::cluster::LoopbackCluster;
 
 mod support;
 
-fn crd() -> CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.test.tfops.io"},
-        "spec": {
-            "group": "test.tfops.io",
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {
-                        "spec": {
-                            "type": "object",
-                            "required": ["path"],
-                            "properties": {
-                                "path": {"type": "string", "minLength": 1},
-                                "replicas": {"type": "integer", "minimum": 1, "default": 1},
-                                "mode": {"type": "string", "enum": ["auto", "manual"]},
-                            },
-                        },
-                        "status": {
-                            "type": "object",
-                            "properties": {
-                                "observedGeneration": {"type": "integer"},
-                                "conditions": {
-                                    "type": "array",
-                                    "x-kubernetes-list-type": "map",
-                                    "x-kubernetes-list-map-keys": ["type"],
-                                    "items": {
-                                        "type": "object",
-                                        "required": ["type", "status"],
-                                        "properties": {
-                                            "type": {"type": "string"},
-                                            "status": {"type": "string"},
-                                            "reason": {"type": "string"},
-                                        },
-                                    },
-                                },
-                            },
-                        },
-                    },
-                }},
-            }],
-        },
-    }))
-    .unwrap()
-}
-
 fn widgets(client: &kube::Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("test.tfops.io", "v1", "Widget");
     Api::namespaced_with(client.clone(), "team-a", &ApiResource::from_gvk(&gvk))
@@ -90,7 +38,9 @@ async fn setup() -> (LoopbackCluster, kube::Client) {
     let client = support::client(&cluster).await;
     support::namespace(&client, "team-a").await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &crd()).await.unwrap();
+    crds.create(&PostParams::default(), &support::widget_crd())
+        .await
+        .unwrap();
     let established = await_condition(
         crds,
         "widgets.test.tfops.io",

@@ -205,3 +205,138 @@ async fn kubectl_applies_client_side_and_server_side_and_deletes() {
     );
     assert!(out[10].2.contains("NotFound"), "{}", out[10].2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_watches_waits_for_a_condition_and_prints_yaml() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    use std::process::{Command, Stdio};
+
+    let cluster = LoopbackCluster::start().await.unwrap();
+    let (dir, kubeconfig) = support::kubeconfig_file(&cluster);
+    let client = support::client(&cluster).await;
+    support::namespace(&client, "team-a").await;
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &support::widget_crd())
+        .await
+        .unwrap();
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "team-a",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("test.tfops.io", "v1", "Widget")),
+    );
+    let w: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "test.tfops.io/v1", "kind": "Widget",
+        "metadata": {"name": "a"}, "spec": {"path": "infra"},
+    }))
+    .unwrap();
+    widgets.create(&PostParams::default(), &w).await.unwrap();
+
+    // `get -w` prints the object, then its changes (its output goes to a file, read as it
+    // grows).
+    let out_path = dir.path().join("watch.out");
+    let mut watch = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "-n",
+            "team-a",
+            "get",
+            "widgets",
+            "-w",
+            "--output-watch-events",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(std::fs::File::create(&out_path).unwrap()))
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.path().join("watch.err")).unwrap(),
+        ))
+        .spawn()
+        .unwrap();
+    // (A header line, then one line per event: `ADDED      a      0s`.)
+    let events = |path: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    let seen = |want: usize| {
+        let out_path = out_path.clone();
+        async move {
+            loop {
+                let e = events(&out_path);
+                if e.len() >= want {
+                    return e;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let first = tokio::time::timeout(std::time::Duration::from_secs(30), seen(1))
+        .await
+        .expect("kubectl get -w printed nothing");
+    assert_eq!(first, ["ADDED a"]);
+
+    // `wait --for=condition=Ready` returns once status says so.
+    let k = kubeconfig.clone();
+    let wait = tokio::task::spawn_blocking(move || {
+        kubectl(
+            &k,
+            &[
+                "-n",
+                "team-a",
+                "wait",
+                "--for=condition=Ready",
+                "widget/a",
+                "--timeout=60s",
+            ],
+        )
+    });
+    // Set the condition once kubectl's wait is watching (or has read the object).
+    let watching =
+        async {
+            while !cluster.audit().iter().any(|a| {
+                a.method == "GET" && a.path.ends_with("/widgets") && a.path.contains("team-a")
+            }) {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        };
+    tokio::time::timeout(std::time::Duration::from_secs(30), watching)
+        .await
+        .unwrap();
+    widgets
+        .patch_status(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})),
+        )
+        .await
+        .unwrap();
+    let waited = wait.await.unwrap();
+    assert!(waited.0, "{waited:?}");
+    assert!(
+        waited.1.contains("widget.test.tfops.io/a condition met"),
+        "{waited:?}"
+    );
+    let both = tokio::time::timeout(std::time::Duration::from_secs(30), seen(2))
+        .await
+        .expect("kubectl get -w did not print the change");
+    assert_eq!(both, ["ADDED a", "MODIFIED a"]);
+    watch.kill().unwrap();
+    watch.wait().unwrap();
+
+    let k = kubeconfig.clone();
+    let yaml = tokio::task::spawn_blocking(move || {
+        kubectl(&k, &["-n", "team-a", "get", "wd", "a", "-o", "yaml"])
+    })
+    .await
+    .unwrap();
+    assert!(yaml.0, "{yaml:?}");
+    assert!(
+        yaml.1.contains("kind: Widget") && yaml.1.contains("path: infra"),
+        "{}",
+        yaml.1
+    );
+}

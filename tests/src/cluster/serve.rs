@@ -23,6 +23,8 @@ pub struct Audit {
     pub method: String,
     /// The path.
     pub path: String,
+    /// The query string (empty when none).
+    pub query: String,
     /// The body's content type.
     pub media_type: String,
     /// The status code answered.
@@ -199,6 +201,7 @@ fn list_options(
 async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
+    let query_string = req.uri().query().unwrap_or("").to_string();
     let media_type = req
         .headers()
         .get(hyper::header::CONTENT_TYPE)
@@ -209,6 +212,7 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
     lock(&shared.audit).push(Audit {
         method,
         path,
+        query: query_string,
         media_type,
         code: response.status().as_u16(),
     });

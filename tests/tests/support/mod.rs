@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
+use serde_json::json;
 use tests::cluster::LoopbackCluster;
 
 /// A kube-rs client authenticated as the admin, from the cluster's kubeconfig.
@@ -50,4 +52,59 @@ pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A CRD for tests: `Widget` (`widgets.test.tfops.io/v1`, namespaced, short name `wd`) with a
+/// status subresource, a schema with a required field, a default, an enum, a minimum, and
+/// conditions keyed by `type`.
+pub fn widget_crd() -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.test.tfops.io"},
+        "spec": {
+            "group": "test.tfops.io",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {
+                            "type": "object",
+                            "required": ["path"],
+                            "properties": {
+                                "path": {"type": "string", "minLength": 1},
+                                "replicas": {"type": "integer", "minimum": 1, "default": 1},
+                                "mode": {"type": "string", "enum": ["auto", "manual"]},
+                            },
+                        },
+                        "status": {
+                            "type": "object",
+                            "properties": {
+                                "observedGeneration": {"type": "integer"},
+                                "conditions": {
+                                    "type": "array",
+                                    "x-kubernetes-list-type": "map",
+                                    "x-kubernetes-list-map-keys": ["type"],
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["type", "status"],
+                                        "properties": {
+                                            "type": {"type": "string"},
+                                            "status": {"type": "string"},
+                                            "reason": {"type": "string"},
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }},
+            }],
+        },
+    }))
+    .unwrap()
 }
