@@ -340,3 +340,68 @@ async fn kubectl_watches_waits_for_a_condition_and_prints_yaml() {
         yaml.1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_dry_runs_on_the_server_and_strict_validation_refuses_unknown_fields() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+    let cluster = LoopbackCluster::start().await.unwrap();
+    let (dir, kubeconfig) = support::kubeconfig_file(&cluster);
+    let client = support::client(&cluster).await;
+    support::namespace(&client, "team-a").await;
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &support::widget_crd())
+        .await
+        .unwrap();
+    let good = dir.path().join("good.yaml");
+    let typo = dir.path().join("typo.yaml");
+    let widget = "apiVersion: test.tfops.io/v1\nkind: Widget\nmetadata:\n  name: a\n  namespace: team-a\nspec:\n  path: infra\n";
+    std::fs::write(&good, widget).unwrap();
+    std::fs::write(&typo, format!("{widget}  paht: x\n")).unwrap();
+    let k = kubeconfig.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let (g, t) = (good.to_str().unwrap(), typo.to_str().unwrap());
+        vec![
+            kubectl(&k, &["apply", "--dry-run=server", "-f", g]),
+            kubectl(&k, &["-n", "team-a", "get", "widgets", "-o", "name"]),
+            kubectl(&k, &["apply", "-f", t]),
+            kubectl(&k, &["apply", "--server-side", "-f", t]),
+            kubectl(&k, &["apply", "--validate=false", "-f", t]),
+            kubectl(
+                &k,
+                &[
+                    "-n",
+                    "team-a",
+                    "get",
+                    "widget",
+                    "a",
+                    "-o",
+                    "jsonpath={.spec}",
+                ],
+            ),
+        ]
+    })
+    .await
+    .unwrap();
+    assert!(out[0].0, "{:?}", out[0]);
+    assert!(
+        out[0]
+            .1
+            .contains("widget.test.tfops.io/a created (server dry run)"),
+        "{:?}",
+        out[0]
+    );
+    assert_eq!(out[1].1.trim(), "", "a dry run stores nothing");
+    for refused in [&out[2], &out[3]] {
+        assert!(!refused.0);
+        assert!(
+            refused
+                .2
+                .contains("strict decoding error: unknown field \"spec.paht\""),
+            "{refused:?}"
+        );
+    }
+    // Without validation the unknown field is pruned, as the real server prunes it.
+    assert!(out[4].0, "{:?}", out[4]);
+    assert_eq!(out[5].1, r#"{"path":"infra","replicas":1}"#);
+}

@@ -249,6 +249,9 @@ pub struct Call<'a> {
     pub manager: &'a str,
     /// `force` of a server-side apply.
     pub force: bool,
+    /// `fieldValidation=Strict`: unknown fields of a custom resource are an error rather
+    /// than silently pruned.
+    pub strict: bool,
 }
 
 /// Decodes a POST, PUT or DELETE body: JSON, or the protobuf encoding client-go's typed
@@ -282,7 +285,28 @@ pub fn handle(
         body,
         manager,
         force,
+        strict,
     } = *call;
+    if strict
+        && let Some(schema) = &t.resource.schema
+        && matches!(method, "POST" | "PUT" | "PATCH")
+        && !media_type.starts_with("application/json-patch")
+    {
+        let object = serde_json_or_yaml(body)?;
+        let unknown = super::schema::unknown_fields(schema, &object);
+        if !unknown.is_empty() {
+            let fields: Vec<String> = unknown
+                .iter()
+                .map(|f| format!("unknown field \"{f}\""))
+                .collect();
+            return Err(ApiError::bad_request(format!(
+                "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+                fields.join(", "),
+                kind = t.resource.kind,
+                version = t.resource.version,
+            )));
+        }
+    }
     let ns = t.namespace.as_deref().unwrap_or("");
     let r = &t.resource;
     let parse = || decode_body(media_type, body);

@@ -28,6 +28,36 @@ pub fn admit(schema: &Value, mut object: Value) -> Result<Value, Vec<FieldError>
     }
 }
 
+/// The fields of `object` that pruning would drop, as dotted paths (`spec.typo`): what
+/// `fieldValidation=Strict` refuses.
+pub fn unknown_fields(schema: &Value, object: &Value) -> Vec<String> {
+    let mut pruned = object.clone();
+    prune(schema, &mut pruned, true);
+    let mut out = Vec::new();
+    diff_keys(object, &pruned, "", &mut out);
+    out
+}
+
+fn diff_keys(before: &Value, after: &Value, path: &str, out: &mut Vec<String>) {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for (k, v) in b {
+                let p = join(path, k);
+                match a.get(k) {
+                    Some(w) => diff_keys(v, w, &p, out),
+                    None => out.push(p),
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(a)) => {
+            for (i, (v, w)) in b.iter().zip(a).enumerate() {
+                diff_keys(v, w, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
 fn preserves(schema: &Value) -> bool {
     schema["x-kubernetes-preserve-unknown-fields"].as_bool() == Some(true)
 }

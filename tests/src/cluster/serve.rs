@@ -360,12 +360,20 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         body: &body,
         manager: &manager,
         force: q.get("force").is_some_and(|f| f == "true"),
+        strict: q.get("fieldValidation").is_some_and(|v| v == "Strict"),
     };
     let ctx = registry::Ctx {
         now: jiff::Timestamp::now(),
         uid: format!("00000000-0000-4000-8000-{n:012x}"),
     };
-    let result = handlers::handle(&mut lock(&shared.store), &call, &ctx);
+    // dryRun=All: the whole write, admission and validation included, on a copy.
+    let dry_run = q.get("dryRun").is_some_and(|v| v == "All");
+    let result = if dry_run {
+        let mut copy = lock(&shared.store).fork();
+        handlers::handle(&mut copy, &call, &ctx)
+    } else {
+        handlers::handle(&mut lock(&shared.store), &call, &ctx)
+    };
     let (code, body) = match result {
         Ok((code, body)) => (code, body),
         Err(e) => (e.code, e.status()),

@@ -66,6 +66,20 @@ impl Default for Store {
 }
 
 impl Store {
+    /// A copy to try a write on (`dryRun`): same objects and history, its own notifications,
+    /// so nothing watching the real store hears of it.
+    pub fn fork(&self) -> Self {
+        Self {
+            version: self.version,
+            objects: self.objects.clone(),
+            log: std::collections::VecDeque::new(),
+            compacted: self.version,
+            by_uid: self.by_uid.clone(),
+            dependents: self.dependents.clone(),
+            changed: tokio::sync::watch::Sender::new(self.version),
+        }
+    }
+
     /// The latest `resourceVersion`.
     pub fn version(&self) -> u64 {
         self.version
