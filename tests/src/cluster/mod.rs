@@ -8,11 +8,10 @@
 //! holds what create/get/list/update/patch/delete do to an object (metadata, status
 //! subresource, finalizers, deletion); [`managed`] keeps `managedFields` and does server-side
 //! apply; [`strategic`] strategic merge patches; [`schema`] CRD pruning, defaults and
-//! validation; [`garbage`] the garbage collector and namespace controller; [`store`] keeps
-//! every object under one `resourceVersion` sequence with a change log.
-//!
-//! Not yet: RBAC and users other than the admin, ResourceQuota, the kubelet stand-in,
-//! Pod logs, `fieldValidation=Strict` for unknown fields, `dryRun`, CEL validation rules.
+//! validation; [`garbage`] the garbage collector, namespace, ServiceAccount and quota
+//! controllers; [`auth`] tokens and RBAC; [`quota`] quota admission; [`kubelet`] the kubelet
+//! stand-in; [`store`] keeps every object under one `resourceVersion` sequence with a change
+//! log. The README's "The loopback cluster" lists what is served and what is not.
 
 pub mod auth;
 pub mod errors;

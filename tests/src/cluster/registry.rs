@@ -370,34 +370,33 @@ pub fn list(
         }
         None => (store.version(), None),
     };
-    let objects = store.list_at(&r.store_name(), namespace, at);
-    let mut items = Vec::new();
-    let mut next = None;
-    for (key, object) in objects {
-        if after.as_ref().is_some_and(|a| {
-            (key.namespace.as_str(), key.name.as_str()) <= (a.0.as_str(), a.1.as_str())
-        }) {
-            continue;
-        }
-        if !options.labels.matches_object(&object) || !options.fields.matches_object(&object) {
-            continue;
-        }
-        if options.limit > 0 && items.len() == options.limit {
-            next = items.last().map(|o: &Value| encode_continue(at, o));
-            break;
-        }
-        items.push(object);
-    }
+    let (items, more) = store.page(
+        &r.store_name(),
+        namespace,
+        at,
+        after
+            .as_ref()
+            .map(|(ns, name)| (ns.as_str(), name.as_str())),
+        |o| options.labels.matches_object(o) && options.fields.matches_object(o),
+        options.limit,
+    );
+    let next = if more {
+        items.last().map(|o| encode_continue(at, o))
+    } else {
+        None
+    };
     let mut metadata = json!({"resourceVersion": at.to_string()});
     if let Some(token) = next {
         metadata["continue"] = json!(token);
     }
-    Ok(json!({
+    let mut list = json!({
         "kind": format!("{}List", r.kind),
         "apiVersion": r.api_version(),
         "metadata": metadata,
-        "items": items,
-    }))
+    });
+    // Moved in, not through `json!`, which would copy every item once more.
+    list["items"] = Value::Array(items);
+    Ok(list)
 }
 
 fn encode_continue(at: u64, last: &Value) -> String {

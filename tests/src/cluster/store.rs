@@ -95,13 +95,26 @@ impl Store {
         self.objects.get(key)
     }
 
-    /// The objects of `resource` (in `namespace`, or all namespaces when `None`), by key.
+    /// The objects of `resource` (in `namespace`, or all namespaces when `None`), by key: a
+    /// range of the ordered map, not a scan of every object.
     pub fn list(&self, resource: &str, namespace: Option<&str>) -> Vec<&Value> {
-        self.objects
-            .iter()
-            .filter(|(k, _)| k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns))
-            .map(|(_, v)| v)
-            .collect()
+        self.range(resource, namespace).map(|(_, v)| v).collect()
+    }
+
+    fn range(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> impl Iterator<Item = (&Key, &Value)> + '_ {
+        let start = Key {
+            resource: resource.to_string(),
+            namespace: namespace.unwrap_or("").to_string(),
+            name: String::new(),
+        };
+        let (resource, namespace) = (resource.to_string(), namespace.map(str::to_string));
+        self.objects.range(start..).take_while(move |(k, _)| {
+            k.resource == resource && namespace.as_ref().is_none_or(|ns| k.namespace == *ns)
+        })
     }
 
     /// Writes `object` at `key` under the next `resourceVersion`, which it records in the
@@ -233,9 +246,7 @@ impl Store {
         let wanted =
             |k: &Key| k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns);
         let mut view: BTreeMap<Key, Value> = self
-            .objects
-            .iter()
-            .filter(|(k, _)| wanted(k))
+            .range(resource, namespace)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         if version < self.version {
@@ -248,6 +259,59 @@ impl Store {
             }
         }
         view.into_iter().collect()
+    }
+
+    /// One page of a list at `version`: the objects of `resource` (in `namespace`) after the
+    /// `(namespace, name)` `after`, that `keep` selects, at most `limit` (0: all), and whether
+    /// more follow. Read straight from the objects when nothing changed since `version`;
+    /// otherwise from the view [`list_at`](Self::list_at) rebuilds.
+    pub fn page(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        version: u64,
+        after: Option<(&str, &str)>,
+        keep: impl Fn(&Value) -> bool,
+        limit: usize,
+    ) -> (Vec<Value>, bool) {
+        let later = |k: &Key| {
+            after.is_none_or(|(ns, name)| (k.namespace.as_str(), k.name.as_str()) > (ns, name))
+        };
+        let mut out = Vec::new();
+        let mut more = false;
+        let mut take = |v: &Value| {
+            if !keep(v) {
+                return true;
+            }
+            if limit > 0 && out.len() == limit {
+                more = true;
+                return false;
+            }
+            out.push(v.clone());
+            true
+        };
+        if version >= self.version {
+            let start = Key {
+                resource: resource.to_string(),
+                namespace: after.map_or(namespace.unwrap_or(""), |a| a.0).to_string(),
+                name: after.map_or("", |a| a.1).to_string(),
+            };
+            for (k, v) in self.objects.range(start..) {
+                if k.resource != resource || namespace.is_some_and(|ns| k.namespace != ns) {
+                    break;
+                }
+                if later(k) && !take(v) {
+                    break;
+                }
+            }
+        } else {
+            for (k, v) in self.list_at(resource, namespace, version) {
+                if later(&k) && !take(&v) {
+                    break;
+                }
+            }
+        }
+        (out, more)
     }
 
     /// Every object (for the garbage collector), by key.
