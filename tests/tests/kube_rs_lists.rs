@@ -1,7 +1,8 @@
 //! The loopback API server judged by kube-rs on lists and watches: pages (`limit`/`continue`)
-//! read at one version, field selectors, a watch from a compacted version answered `410`
-//! (and kube-rs' watcher relisting when its version was compacted), streaming lists (`sendInitialEvents`) and
-//! bookmarks.
+//! read at one version, field selectors, a watch from a compacted version answered `410` (and
+//! kube-rs' watcher relisting when its version was compacted), streaming lists
+//! (`sendInitialEvents`), bookmarks, a reflector's store, and `kube::runtime`'s event recorder
+//! (`events.k8s.io/v1`, repeats as a series).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -221,4 +222,81 @@ async fn bookmarks_carry_the_reached_version() {
         WatchEvent::Bookmark(b) => assert_eq!(b.metadata.resource_version, rv),
         other => panic!("expected a bookmark, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_reflector_mirrors_creations_and_deletions() {
+    use kube::runtime::reflector;
+    let (_cluster, api) = setup(2).await;
+    let (reader, writer) = reflector::store::<ConfigMap>();
+    let stream = reflector::reflector(
+        writer,
+        watcher::watcher(api.clone(), watcher::Config::default()),
+    );
+    let task = tokio::spawn(stream.for_each(|_| async {}));
+    let names = |reader: &reflector::Store<ConfigMap>| {
+        let mut n: Vec<String> = reader
+            .state()
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    tokio::time::timeout(Duration::from_secs(10), reader.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(names(&reader), ["cm-0", "cm-1"]);
+    api.create(&PostParams::default(), &config_map("cm-2"))
+        .await
+        .unwrap();
+    api.delete("cm-0", &Default::default()).await.unwrap();
+    let settled = async {
+        while names(&reader) != ["cm-1", "cm-2"] {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), settled)
+        .await
+        .expect("the reflector never caught up");
+    task.abort();
+}
+
+#[tokio::test]
+async fn kube_runtime_recorder_publishes_events_and_their_series() {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::Resource;
+    use kube::runtime::events::{Event as Publish, EventType, Recorder, Reporter};
+    let (cluster, api) = setup(1).await;
+    let client = support::client(&cluster).await;
+    let cm = api.get("cm-0").await.unwrap();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "tfops".into(),
+            instance: Some("tfops-0".into()),
+        },
+    );
+    let event = Publish {
+        type_: EventType::Normal,
+        reason: "Planned".into(),
+        note: Some("plan-main-0123456789 has 2 to add".into()),
+        action: "Plan".into(),
+        secondary: None,
+    };
+    let reference = cm.object_ref(&());
+    recorder.publish(&event, &reference).await.unwrap();
+    recorder.publish(&event, &reference).await.unwrap();
+    let events: Api<Event> = Api::namespaced(client, "team-a");
+    let list = events.list(&ListParams::default()).await.unwrap();
+    assert_eq!(
+        list.items.len(),
+        1,
+        "the repeat is a series, not a second event"
+    );
+    let e = &list.items[0];
+    assert_eq!(e.reason.as_deref(), Some("Planned"));
+    assert_eq!(e.regarding.as_ref().unwrap().name.as_deref(), Some("cm-0"));
+    assert_eq!(e.series.as_ref().unwrap().count, 2);
 }
