@@ -481,19 +481,184 @@ pub fn validate_crd(crd: &Value) -> Vec<FieldError> {
         ));
     }
     for (i, v) in versions.iter().enumerate() {
-        if v["schema"]["openAPIV3Schema"].is_null() {
-            errors.push(FieldError::required(format!(
-                "spec.versions[{i}].schema.openAPIV3Schema"
-            )));
+        let schema = &v["schema"]["openAPIV3Schema"];
+        let path = format!("spec.versions[{i}].schema.openAPIV3Schema");
+        if schema.is_null() {
+            errors.push(FieldError::required(path));
+        } else {
+            structural(schema, &path, Level::Root, &mut errors);
         }
     }
     errors
+}
+
+/// Where a schema node sits, for the "type must not be empty" messages.
+#[derive(Clone, Copy, PartialEq)]
+enum Level {
+    Root,
+    Field,
+    Item,
+}
+
+/// The structural-schema rules the real server enforces on a CRD: every node typed (unless it
+/// preserves unknown fields or is int-or-string), arrays with `items`, no `$ref`, no
+/// `additionalProperties` beside `properties`, no `uniqueItems: true`, and nothing but value
+/// validations inside `anyOf`/`allOf`/`oneOf`/`not`.
+fn structural(node: &Value, path: &str, level: Level, errors: &mut Vec<FieldError>) {
+    let flag = |k: &str| node[k].as_bool() == Some(true);
+    if node.get("$ref").is_some() {
+        errors.push(FieldError::forbidden(
+            format!("{path}.$ref"),
+            "$ref is not supported",
+        ));
+    }
+    if node["type"].as_str().is_none_or(str::is_empty)
+        && !flag("x-kubernetes-int-or-string")
+        && !flag("x-kubernetes-preserve-unknown-fields")
+    {
+        let what = match level {
+            Level::Root => "must not be empty at the root",
+            Level::Field => "must not be empty for specified object fields",
+            Level::Item => "must not be empty for specified array items",
+        };
+        errors.push(FieldError {
+            reason: "FieldValueRequired",
+            field: format!("{path}.type"),
+            message: format!("Required value: {what}"),
+        });
+    }
+    if level == Level::Root && node["type"].as_str().is_some_and(|t| t != "object") {
+        errors.push(FieldError::invalid(
+            format!("{path}.type"),
+            &node["type"],
+            "must be object at the root",
+        ));
+    }
+    if node.get("properties").is_some() && node.get("additionalProperties").is_some() {
+        errors.push(FieldError::forbidden(
+            format!("{path}.additionalProperties"),
+            "additionalProperties and properties are mutual exclusive",
+        ));
+    }
+    if flag("uniqueItems") {
+        errors.push(FieldError::forbidden(
+            format!("{path}.uniqueItems"),
+            "uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
+        ));
+    }
+    if node["type"] == "array" && node.get("items").is_none() {
+        errors.push(FieldError {
+            reason: "FieldValueRequired",
+            field: format!("{path}.items"),
+            message: "Required value: must be specified".into(),
+        });
+    }
+    for (name, sub) in node["properties"].as_object().into_iter().flatten() {
+        structural(
+            sub,
+            &format!("{path}.properties[{name}]"),
+            Level::Field,
+            errors,
+        );
+    }
+    if node["items"].is_object() {
+        structural(
+            &node["items"],
+            &format!("{path}.items"),
+            Level::Item,
+            errors,
+        );
+    }
+    if node["additionalProperties"].is_object() {
+        structural(
+            &node["additionalProperties"],
+            &format!("{path}.additionalProperties"),
+            Level::Field,
+            errors,
+        );
+    }
+    for junctor in ["anyOf", "allOf", "oneOf"] {
+        for (i, branch) in node[junctor].as_array().into_iter().flatten().enumerate() {
+            value_validation_only(branch, &format!("{path}.{junctor}[{i}]"), errors);
+        }
+    }
+    if node["not"].is_object() {
+        value_validation_only(&node["not"], &format!("{path}.not"), errors);
+    }
+}
+
+/// Inside a junctor only value validations may appear.
+fn value_validation_only(node: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    for key in [
+        "type",
+        "description",
+        "default",
+        "additionalProperties",
+        "title",
+    ] {
+        if node.get(key).is_some() {
+            errors.push(FieldError::forbidden(
+                format!("{path}.{key}"),
+                "must be empty to be structural",
+            ));
+        }
+    }
+    if node["nullable"].as_bool() == Some(true) {
+        errors.push(FieldError::forbidden(
+            format!("{path}.nullable"),
+            "must be false to be structural",
+        ));
+    }
+    for (name, sub) in node["properties"].as_object().into_iter().flatten() {
+        value_validation_only(sub, &format!("{path}.properties[{name}]"), errors);
+    }
+    if node["items"].is_object() {
+        value_validation_only(&node["items"], &format!("{path}.items"), errors);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_crd_schema_must_be_structural() {
+        let crd = json!({
+            "metadata": {"name": "xs.g.io"},
+            "spec": {"group": "g.io", "scope": "Namespaced",
+                "names": {"plural": "xs", "kind": "X"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "a": {"type": "array"},
+                        "c": {"description": "no type"},
+                        "e": {"type": "string", "anyOf": [{"type": "string", "description": "d"}]},
+                        "f": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    },
+                }}}]},
+        });
+        let p = "spec.versions[0].schema.openAPIV3Schema";
+        let texts: Vec<String> = validate_crd(&crd)
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                format!("{p}.properties[a].items: Required value: must be specified"),
+                format!(
+                    "{p}.properties[c].type: Required value: must not be empty for specified object fields"
+                ),
+                format!(
+                    "{p}.properties[e].anyOf[0].type: Forbidden: must be empty to be structural"
+                ),
+                format!(
+                    "{p}.properties[e].anyOf[0].description: Forbidden: must be empty to be structural"
+                ),
+            ]
+        );
+    }
 
     fn schema() -> Value {
         json!({
