@@ -14,10 +14,13 @@
 //! log. The README's "The loopback cluster" lists what is served and what is not.
 
 pub mod auth;
+mod container;
+pub mod deletion;
 pub mod errors;
 pub mod garbage;
 pub mod handlers;
 pub mod kubelet;
+pub mod lists;
 pub mod managed;
 pub mod protobuf;
 pub mod quota;

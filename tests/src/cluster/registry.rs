@@ -10,14 +10,19 @@
 //! - delete honours preconditions and finalizers (`deletionTimestamp` set, the object kept until
 //!   the last finalizer goes, no finalizer added after that) and propagation policies (the
 //!   `foregroundDeletion` and `orphan` finalizers the garbage collector acts on).
+//!
+//! Lists and watches are in [`super::lists`], deletion in [`super::deletion`]; both are
+//! re-exported here.
 
 use serde_json::{Value, json};
 
 use super::errors::{ApiError, FieldError};
 use super::resources::Resource;
 use super::schema;
-use super::selectors::{FieldSelector, LabelSelector};
 use super::store::{Key, Store};
+
+pub use super::deletion::{Deleted, Propagation, delete, finalize_namespace};
+pub use super::lists::{ListOptions, WatchStart, list, watch_events};
 
 /// Which endpoint of an object a write goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +49,7 @@ fn name_of(object: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-fn timestamp(t: jiff::Timestamp) -> Value {
+pub(super) fn timestamp(t: jiff::Timestamp) -> Value {
     json!(t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
@@ -331,103 +336,6 @@ pub fn get(store: &Store, r: &Resource, namespace: &str, name: &str) -> Result<V
         .ok_or_else(|| ApiError::not_found(&r.plural, &r.group, name))
 }
 
-/// What a list selects and how much of it to give.
-#[derive(Debug, Clone, Default)]
-pub struct ListOptions {
-    /// `labelSelector`.
-    pub labels: LabelSelector,
-    /// `fieldSelector`.
-    pub fields: FieldSelector,
-    /// `limit` (0: everything).
-    pub limit: usize,
-    /// `continue`: the token of the previous page.
-    pub continue_token: Option<String>,
-}
-
-/// Every object of the resource (in `namespace` when given) that the selectors select, as a
-/// `<Kind>List`, a page at a time when `limit` is set: the `continue` token names the
-/// `resourceVersion` of the first page and the last key given, so every page is read at the
-/// first page's version, as the real server reads pages from one etcd revision (an expired
-/// one answers 410 `Expired`).
-///
-/// # Errors
-/// 400 for a malformed `continue` token; 410 `Expired` for one whose version was compacted.
-pub fn list(
-    store: &Store,
-    r: &Resource,
-    namespace: Option<&str>,
-    options: &ListOptions,
-) -> Result<Value, ApiError> {
-    let (at, after) = match &options.continue_token {
-        Some(token) => {
-            let (v, key) = decode_continue(token)?;
-            if v < store.compacted() {
-                return Err(ApiError::expired(
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
-                ));
-            }
-            (v, Some(key))
-        }
-        None => (store.version(), None),
-    };
-    let (items, more) = store.page(
-        &r.store_name(),
-        namespace,
-        at,
-        after
-            .as_ref()
-            .map(|(ns, name)| (ns.as_str(), name.as_str())),
-        |o| options.labels.matches_object(o) && options.fields.matches_object(o),
-        options.limit,
-    );
-    let next = if more {
-        items.last().map(|o| encode_continue(at, o))
-    } else {
-        None
-    };
-    let mut metadata = json!({"resourceVersion": at.to_string()});
-    if let Some(token) = next {
-        metadata["continue"] = json!(token);
-    }
-    let mut list = json!({
-        "kind": format!("{}List", r.kind),
-        "apiVersion": r.api_version(),
-        "metadata": metadata,
-    });
-    // Moved in, not through `json!`, which would copy every item once more.
-    list["items"] = Value::Array(items);
-    Ok(list)
-}
-
-fn encode_continue(at: u64, last: &Value) -> String {
-    use base64::Engine;
-    let token = json!({
-        "v": "meta.k8s.io/v1",
-        "rv": at,
-        "start": format!(
-            "{}/{}",
-            last["metadata"]["namespace"].as_str().unwrap_or(""),
-            last["metadata"]["name"].as_str().unwrap_or("")
-        ),
-    });
-    base64::engine::general_purpose::URL_SAFE.encode(token.to_string())
-}
-
-fn decode_continue(token: &str) -> Result<(u64, (String, String)), ApiError> {
-    use base64::Engine;
-    let bad = || ApiError::bad_request("continue key is not valid: the token does not decode");
-    let bytes = base64::engine::general_purpose::URL_SAFE
-        .decode(token)
-        .map_err(|_| bad())?;
-    let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-    let at = v["rv"].as_u64().ok_or_else(bad)?;
-    let (ns, name) = v["start"]
-        .as_str()
-        .and_then(|s| s.split_once('/'))
-        .ok_or_else(bad)?;
-    Ok((at, (ns.to_string(), name.to_string())))
-}
-
 /// Replaces the object `name` with `object` (a PUT), on the main endpoint or `/status`.
 ///
 /// # Errors
@@ -564,7 +472,7 @@ fn prepare_update(
 }
 
 /// Stores an update; an object being deleted whose last finalizer went is removed.
-fn store_update(
+pub(super) fn store_update(
     store: &mut Store,
     r: &Resource,
     namespace: &str,
@@ -667,175 +575,6 @@ pub fn store_patched(
     store_update(store, r, namespace, name, object)
 }
 
-/// `PUT /api/v1/namespaces/<name>/finalize`: sets the Namespace's `spec.finalizers` (what the
-/// namespace controller calls once the namespace is empty).
-///
-/// # Errors
-/// 404 `NotFound`.
-pub fn finalize_namespace(
-    store: &mut Store,
-    r: &Resource,
-    name: &str,
-    body: &Value,
-) -> Result<Value, ApiError> {
-    let mut current = get(store, r, "", name)?;
-    current["spec"]["finalizers"] = body["spec"]["finalizers"].clone();
-    if current["spec"]["finalizers"].is_null() {
-        current["spec"]["finalizers"] = json!([]);
-    }
-    store_update(store, r, "", name, current)
-}
-
-/// The deletion propagation a delete asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Propagation {
-    /// Dependents are deleted after the owner (the default).
-    Background,
-    /// Dependents are deleted first; the owner waits with the `foregroundDeletion` finalizer.
-    Foreground,
-    /// Dependents are kept, their owner references removed (`orphan` finalizer).
-    Orphan,
-}
-
-/// What a delete did.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Deleted {
-    /// The object is gone; the body the real store answers with (the object, or a `Success`
-    /// `Status`).
-    Gone(Value),
-    /// The object waits for finalizers or a graceful termination; it is answered with.
-    Pending(Value),
-}
-
-/// Deletes the object `name` with `options` (a `DeleteOptions`, or null): its
-/// `preconditions` on `uid` and `resourceVersion` must hold; an object with finalizers, or a
-/// Pod on a node with a grace period, gets a `deletionTimestamp` and stays.
-///
-/// # Errors
-/// 404 `NotFound`; 409 `Conflict` for a precondition that does not hold; 400 for an unknown
-/// propagation policy.
-pub fn delete(
-    store: &mut Store,
-    r: &Resource,
-    namespace: &str,
-    name: &str,
-    options: &Value,
-    now: jiff::Timestamp,
-) -> Result<Deleted, ApiError> {
-    let current = get(store, r, namespace, name)?;
-    for (field, what) in [("uid", "UID"), ("resourceVersion", "ResourceVersion")] {
-        if let Some(want) = options["preconditions"][field].as_str() {
-            let have = current["metadata"][field].as_str().unwrap_or("");
-            if want != have {
-                return Err(ApiError::precondition_failed(
-                    &r.plural,
-                    &r.group,
-                    name,
-                    &r.etcd_key(namespace, name),
-                    format!("{what} in precondition: {want}, {what} in object meta: {have}"),
-                ));
-            }
-        }
-    }
-    let propagation = match (
-        options["propagationPolicy"].as_str(),
-        options["orphanDependents"].as_bool(),
-    ) {
-        (Some("Foreground"), _) => Propagation::Foreground,
-        (Some("Orphan"), _) | (None, Some(true)) => Propagation::Orphan,
-        (Some("Background") | None, _) => Propagation::Background,
-        (Some(other), _) => {
-            return Err(ApiError::bad_request(format!(
-                "DeletionPropagation {other:?} is not supported: it must be one of Orphan, Foreground, Background"
-            )));
-        }
-    };
-    let key = r.key(namespace, name);
-    let mut object = current.clone();
-    let mut wanted = finalizers(&current);
-    match propagation {
-        Propagation::Foreground if !wanted.iter().any(|f| f == "foregroundDeletion") => {
-            wanted.push("foregroundDeletion".into());
-        }
-        Propagation::Orphan if !wanted.iter().any(|f| f == "orphan") => {
-            wanted.push("orphan".into());
-        }
-        _ => {}
-    }
-    let namespace_finalizers = r.kind == "Namespace"
-        && r.group.is_empty()
-        && current["spec"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
-    let grace = graceful_seconds(r, &current, options);
-    let deleting = current["metadata"].get("deletionTimestamp").is_some();
-    if !wanted.is_empty() || namespace_finalizers || grace > 0 {
-        if deleting && wanted == finalizers(&current) {
-            let shortened = grace == 0
-                && current["metadata"]["deletionGracePeriodSeconds"]
-                    .as_i64()
-                    .unwrap_or(0)
-                    > 0;
-            if !shortened {
-                return Ok(Deleted::Pending(current));
-            }
-        }
-        if !deleting || grace == 0 {
-            let at = now + jiff::SignedDuration::from_secs(grace);
-            object["metadata"]["deletionTimestamp"] = timestamp(at);
-            object["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-        }
-        object["metadata"]["finalizers"] = json!(wanted);
-        if r.kind == "Namespace" && r.group.is_empty() {
-            object["status"]["phase"] = json!("Terminating");
-        }
-        if !wanted.is_empty() || namespace_finalizers || grace > 0 {
-            return Ok(Deleted::Pending(store.put(key, object)));
-        }
-    }
-    let deleted = store
-        .remove(&key)
-        .ok_or_else(|| ApiError::not_found(&r.plural, &r.group, name))?;
-    if r.returns_deleted {
-        return Ok(Deleted::Gone(deleted));
-    }
-    let mut details = json!({"name": name, "kind": r.plural, "uid": deleted["metadata"]["uid"]});
-    if !r.group.is_empty() {
-        details["group"] = json!(r.group);
-    }
-    Ok(Deleted::Gone(json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Success",
-        "details": details,
-    })))
-}
-
-/// The grace period of a delete: Pods bound to a node terminate gracefully (the request's
-/// `gracePeriodSeconds`, else the Pod's `terminationGracePeriodSeconds`, else 30); unbound Pods
-/// and other kinds go at once.
-fn graceful_seconds(r: &Resource, current: &Value, options: &Value) -> i64 {
-    let bound = current["spec"]["nodeName"]
-        .as_str()
-        .is_some_and(|n| !n.is_empty());
-    if r.kind != "Pod" || !r.group.is_empty() || !bound {
-        return 0;
-    }
-    let terminal = matches!(
-        current["status"]["phase"].as_str(),
-        Some("Succeeded" | "Failed")
-    );
-    if terminal {
-        return 0;
-    }
-    options["gracePeriodSeconds"]
-        .as_i64()
-        .or_else(|| current["spec"]["terminationGracePeriodSeconds"].as_i64())
-        .unwrap_or(30)
-        .max(0)
-}
-
 /// The object's `metadata.finalizers`.
 pub fn finalizers(object: &Value) -> Vec<String> {
     super::resources::strings(&object["metadata"]["finalizers"])
@@ -900,67 +639,4 @@ pub fn controller_update(store: &mut Store, r: &Resource, object: Value) -> Valu
         Ok(v) => v,
         Err(_) => object,
     }
-}
-
-/// Where a watch starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WatchStart {
-    /// With an `ADDED` event for every current object (no `resourceVersion`, `"0"`, or
-    /// `sendInitialEvents=true`).
-    Current,
-    /// With the changes after this `resourceVersion`.
-    After(u64),
-}
-
-/// The watch events of the resource (in `namespace` when given) from `start`, as
-/// `{"type", "object"}` values, and the `resourceVersion` they reach. An object that stops
-/// matching the selectors is sent as `DELETED`, one that starts matching as `ADDED`, as the
-/// real watch cache does.
-///
-/// # Errors
-/// 410 `Expired` ("too old resource version") when `start` is older than the history kept.
-pub fn watch_events(
-    store: &Store,
-    r: &Resource,
-    namespace: Option<&str>,
-    options: &ListOptions,
-    start: WatchStart,
-) -> Result<(Vec<Value>, u64), ApiError> {
-    let resource = r.store_name();
-    let selected = |o: &Value| options.labels.matches_object(o) && options.fields.matches_object(o);
-    let events = match start {
-        WatchStart::Current => store
-            .list(&resource, namespace)
-            .into_iter()
-            .filter(|o| selected(o))
-            .map(|o| json!({"type": "ADDED", "object": o}))
-            .collect(),
-        WatchStart::After(v) => {
-            let changes = store.changes_since(v).ok_or_else(|| {
-                ApiError::expired(format!(
-                    "too old resource version: {v} ({})",
-                    store.compacted()
-                ))
-            })?;
-            changes
-                .filter(|c| {
-                    c.key.resource == resource && namespace.is_none_or(|ns| c.key.namespace == ns)
-                })
-                .filter_map(|c| {
-                    let now = selected(&c.object);
-                    let before = c.previous.as_ref().is_some_and(&selected);
-                    let kind = match (c.kind, before, now) {
-                        ("DELETED", true, _) => "DELETED",
-                        ("DELETED", false, _) => return None,
-                        (_, true, true) => "MODIFIED",
-                        (_, false, true) => "ADDED",
-                        (_, true, false) => "DELETED",
-                        (_, false, false) => return None,
-                    };
-                    Some(json!({"type": kind, "object": c.object}))
-                })
-                .collect()
-        }
-    };
-    Ok((events, store.version()))
 }
