@@ -11,8 +11,10 @@ pub struct TerraformStatus {
     #[serde(default)]
     pub observed_generation: i64,
     /// Standard conditions: `Ready`, `Plan`, `Apply`, `Output`, `HealthCheck`, `StateLocked`,
-    /// `Reconciling`, `Stalled`.
+    /// `Reconciling`, `Stalled`. A map list keyed by `type`, so that server-side apply merges
+    /// conditions by type.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// The source revision of the last run (`<ref>@sha1:<sha>` or `<tag>@sha256:<digest>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
