@@ -34,11 +34,9 @@ fn secret(name: &str, value: &str) -> Secret {
     }
 }
 
-fn reason(e: &kube::Error) -> (u16, String) {
-    match e {
-        kube::Error::Api(s) => (s.code, s.reason.clone()),
-        other => panic!("not an API error: {other:?}"),
-    }
+fn reason(e: kube::Error) -> (u16, String) {
+    let s = support::status(e);
+    (s.code, s.reason)
 }
 
 #[tokio::test]
@@ -74,7 +72,7 @@ async fn kube_rs_creates_reads_lists_replaces_and_deletes_with_real_errors() {
     let refused = nowhere
         .create(&PostParams::default(), &secret("db", "one"))
         .await;
-    assert_eq!(reason(&refused.unwrap_err()), (404, "NotFound".into()));
+    assert_eq!(reason(refused.unwrap_err()), (404, "NotFound".into()));
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "team-a");
     let created = secrets
@@ -92,7 +90,7 @@ async fn kube_rs_creates_reads_lists_replaces_and_deletes_with_real_errors() {
     let again = secrets
         .create(&PostParams::default(), &secret("db", "two"))
         .await;
-    assert_eq!(reason(&again.unwrap_err()), (409, "AlreadyExists".into()));
+    assert_eq!(reason(again.unwrap_err()), (409, "AlreadyExists".into()));
 
     let got = secrets.get("db").await.unwrap();
     assert_eq!(got.data.unwrap()["password"].0, b"one");
@@ -110,7 +108,7 @@ async fn kube_rs_creates_reads_lists_replaces_and_deletes_with_real_errors() {
     let mut stale = next.clone();
     stale.metadata.resource_version = Some(v1);
     let conflict = secrets.replace("db", &PostParams::default(), &stale).await;
-    assert_eq!(reason(&conflict.unwrap_err()), (409, "Conflict".into()));
+    assert_eq!(reason(conflict.unwrap_err()), (409, "Conflict".into()));
 
     // Lists in the namespace, across namespaces, and of another kind.
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "team-a");
@@ -141,7 +139,7 @@ async fn kube_rs_creates_reads_lists_replaces_and_deletes_with_real_errors() {
     );
 
     let missing = secrets.get("nope").await;
-    assert_eq!(reason(&missing.unwrap_err()), (404, "NotFound".into()));
+    assert_eq!(reason(missing.unwrap_err()), (404, "NotFound".into()));
     // Secrets answer a delete with a Success Status naming the object, as the real store does.
     let status = secrets
         .delete("db", &DeleteParams::default())
@@ -151,7 +149,7 @@ async fn kube_rs_creates_reads_lists_replaces_and_deletes_with_real_errors() {
         .expect("a Status, not the object");
     assert_eq!(status.details.unwrap().name, "db");
     assert_eq!(
-        reason(&secrets.get("db").await.unwrap_err()),
+        reason(secrets.get("db").await.unwrap_err()),
         (404, "NotFound".into())
     );
     assert!(secrets.get_opt("db").await.unwrap().is_none());
@@ -172,7 +170,7 @@ async fn a_request_without_the_token_is_unauthorized() {
     let client = kube::Client::try_from(config).unwrap();
     let secrets: Api<Secret> = Api::namespaced(client, "team-a");
     let err = secrets.list(&ListParams::default()).await.unwrap_err();
-    assert_eq!(reason(&err), (401, "Unauthorized".into()));
+    assert_eq!(reason(err), (401, "Unauthorized".into()));
 }
 
 /// kube-rs' watcher (what `Controller` and reflectors stand on): the initial list, then every
@@ -325,7 +323,7 @@ async fn kube_rs_merge_and_json_patches_apply_and_a_bad_one_is_invalid() {
         .patch("settings", &pp, &Patch::<()>::Json(failing))
         .await
         .unwrap_err();
-    assert_eq!(reason(&err), (422, "Invalid".into()));
+    assert_eq!(reason(err), (422, "Invalid".into()));
     // A merge patch carrying a stale resourceVersion is a Conflict.
     let stale = maps
         .patch(
@@ -338,5 +336,5 @@ async fn kube_rs_merge_and_json_patches_apply_and_a_bad_one_is_invalid() {
         )
         .await
         .unwrap_err();
-    assert_eq!(reason(&stale), (409, "Conflict".into()));
+    assert_eq!(reason(stale), (409, "Conflict".into()));
 }

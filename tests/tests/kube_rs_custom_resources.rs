@@ -10,11 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
-use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
 use tests::cluster::LoopbackCluster;
 
@@ -37,27 +35,8 @@ async fn setup() -> (LoopbackCluster, kube::Client) {
     let cluster = LoopbackCluster::start().await.unwrap();
     let client = support::client(&cluster).await;
     support::namespace(&client, "team-a").await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &support::widget_crd())
-        .await
-        .unwrap();
-    let established = await_condition(
-        crds,
-        "widgets.test.tfops.io",
-        conditions::is_crd_established(),
-    );
-    tokio::time::timeout(Duration::from_secs(10), established)
-        .await
-        .unwrap()
-        .unwrap();
+    support::widgets_served(&client).await;
     (cluster, client)
-}
-
-fn api_error(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("not an API error: {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -84,7 +63,7 @@ async fn a_crd_serves_its_kind_with_pruning_defaults_and_validation() {
         )
         .await
         .unwrap_err();
-    let e = api_error(refused);
+    let e = support::status(refused);
     assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
     let causes: Vec<String> = e
         .details
@@ -165,7 +144,7 @@ async fn generation_follows_the_spec_and_status_has_its_own_endpoint() {
     // A custom resource allows no unconditional update.
     let mut stale = api.get("a").await.unwrap();
     stale.metadata.resource_version = None;
-    let e = api_error(
+    let e = support::status(
         api.replace("a", &PostParams::default(), &stale)
             .await
             .unwrap_err(),
@@ -223,7 +202,7 @@ async fn server_side_apply_of_status_merges_conditions_and_detects_conflicts() {
         .collect();
     assert_eq!(types, ["Ready", "Audited"]);
     // Changing a field the controller owns conflicts, naming manager and field...
-    let e = api_error(
+    let e = support::status(
         api.patch_status(
             "a",
             &apply("auditor", false),

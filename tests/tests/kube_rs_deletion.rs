@@ -54,13 +54,6 @@ where
         .unwrap();
 }
 
-fn api_error(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("not an API error: {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn kube_runtime_finalizer_holds_the_object_until_cleanup() {
     let (_cluster, client) = setup().await;
@@ -96,7 +89,7 @@ async fn kube_runtime_finalizer_holds_the_object_until_cleanup() {
     let deleting = api.get("c").await.unwrap();
     assert!(deleting.metadata.deletion_timestamp.is_some());
     // No finalizer may be added once deletion started.
-    let e = api_error(
+    let e = support::status(
         api.patch(
             "c",
             &PatchParams::default(),
@@ -131,7 +124,7 @@ async fn delete_preconditions_on_uid_and_resource_version_hold() {
         }),
         ..Default::default()
     };
-    let e = api_error(api.delete("c", &wrong).await.unwrap_err());
+    let e = support::status(api.delete("c", &wrong).await.unwrap_err());
     assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
     assert!(
         e.message
@@ -147,7 +140,7 @@ async fn delete_preconditions_on_uid_and_resource_version_hold() {
         ..Default::default()
     };
     api.delete("c", &right).await.unwrap();
-    assert_eq!(api_error(api.get("c").await.unwrap_err()).code, 404);
+    assert_eq!(support::status(api.get("c").await.unwrap_err()).code, 404);
 }
 
 #[tokio::test]
@@ -268,7 +261,7 @@ async fn a_deleted_namespace_terminates_its_content_then_goes() {
         Some("Terminating")
     );
     // Nothing new may be created in it.
-    let e = api_error(
+    let e = support::status(
         cms.create(&PostParams::default(), &config_map("late"))
             .await
             .unwrap_err(),

@@ -208,7 +208,6 @@ async fn kubectl_applies_client_side_and_server_side_and_deletes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_watches_waits_for_a_condition_and_prints_yaml() {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
     use std::process::{Command, Stdio};
 
@@ -216,10 +215,7 @@ async fn kubectl_watches_waits_for_a_condition_and_prints_yaml() {
     let (dir, kubeconfig) = support::kubeconfig_file(&cluster);
     let client = support::client(&cluster).await;
     support::namespace(&client, "team-a").await;
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &support::widget_crd())
-        .await
-        .unwrap();
+    support::widgets_served(&client).await;
     let widgets: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         "team-a",
@@ -343,16 +339,11 @@ async fn kubectl_watches_waits_for_a_condition_and_prints_yaml() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_dry_runs_on_the_server_and_strict_validation_refuses_unknown_fields() {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-
     let cluster = LoopbackCluster::start().await.unwrap();
     let (dir, kubeconfig) = support::kubeconfig_file(&cluster);
     let client = support::client(&cluster).await;
     support::namespace(&client, "team-a").await;
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &support::widget_crd())
-        .await
-        .unwrap();
+    support::widgets_served(&client).await;
     let good = dir.path().join("good.yaml");
     let typo = dir.path().join("typo.yaml");
     let widget = "apiVersion: test.tfops.io/v1\nkind: Widget\nmetadata:\n  name: a\n  namespace: team-a\nspec:\n  path: infra\n";

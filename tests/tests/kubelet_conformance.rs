@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
@@ -46,10 +45,6 @@ fn terraform() -> String {
     std::env::var("TFOPS_TERRAFORM").unwrap_or_else(|_| "/usr/local/bin/terraform".into())
 }
 
-fn from<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
-    serde_json::from_value(v).unwrap()
-}
-
 struct Fixture {
     cluster: LoopbackCluster,
     client: kube::Client,
@@ -78,7 +73,10 @@ async fn fixture() -> Fixture {
     support::namespace(&client, "team-a").await;
     let pp = PostParams::default();
     Api::<ServiceAccount>::namespaced(client.clone(), "team-a")
-        .create(&pp, &from(json!({"metadata": {"name": "tf-runner"}})))
+        .create(
+            &pp,
+            &support::from_json(json!({"metadata": {"name": "tf-runner"}})),
+        )
         .await
         .unwrap();
     let pki = Pki::new(
@@ -92,7 +90,7 @@ async fn fixture() -> Fixture {
     Api::<Secret>::namespaced(client.clone(), "team-a")
         .create(
             &pp,
-            &from(json!({
+            &support::from_json(json!({
                 "metadata": {"name": "terraform-runner.tls"},
                 "stringData": {"tls.crt": s.tls_crt, "tls.key": s.tls_key, "ca.crt": s.ca_crt},
             })),
@@ -109,7 +107,7 @@ async fn fixture() -> Fixture {
 
 /// A runner Pod as the controller will shape it (the parts the kubelet reads).
 fn runner_pod(name: &str, image: &str) -> Pod {
-    from(json!({
+    support::from_json(json!({
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "tf-runner"}},
         "spec": {
             "serviceAccountName": "tf-runner",
@@ -196,24 +194,7 @@ async fn a_runner_pod_runs_a_whole_run_as_its_service_account() {
     let f = fixture().await;
     let pp = PostParams::default();
     // The state backend's RBAC for the runner's ServiceAccount (the notes' list).
-    Api::<Role>::namespaced(f.client.clone(), "team-a")
-        .create(&pp, &from(json!({
-            "metadata": {"name": "tf-runner"},
-            "rules": [
-                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create", "update", "delete"]},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update", "delete"]},
-            ],
-        })))
-        .await
-        .unwrap();
-    Api::<RoleBinding>::namespaced(f.client.clone(), "team-a")
-        .create(&pp, &from(json!({
-            "metadata": {"name": "tf-runner"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tf-runner"},
-            "subjects": [{"kind": "ServiceAccount", "name": "tf-runner"}],
-        })))
-        .await
-        .unwrap();
+    support::grant_state_backend(&f.client, "team-a", "tf-runner").await;
     let pods: Api<Pod> = Api::namespaced(f.client.clone(), "team-a");
     pods.create(&pp, &runner_pod("vpc-tf-runner", IMAGE))
         .await
@@ -241,7 +222,7 @@ async fn a_runner_pod_runs_a_whole_run_as_its_service_account() {
     .unwrap();
     let mut data = Vec::new();
     let summary = tfops_core::source::build_archive(tree.path(), None, &mut data).unwrap();
-    let object: tfops_core::api::TerraformObject = from(json!({
+    let object: tfops_core::api::TerraformObject = support::from_json(json!({
         "metadata": {"name": "vpc", "namespace": "team-a", "generation": 1},
         "spec": {"sourceRef": {"kind": "Local", "url": "."}, "path": "."},
     }));
@@ -375,7 +356,7 @@ async fn faults_end_as_a_kubelet_reports_them() {
         .env
         .as_mut()
         .unwrap()
-        .push(from(json!({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}})));
+        .push(support::from_json(json!({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}})));
     pods.create(&pp, &pod).await.unwrap();
     let p = wait_for(&pods, "nosecret", "reported the missing secret", |p| {
         waiting_reason(p).as_deref() == Some("CreateContainerConfigError")
@@ -409,7 +390,7 @@ async fn resource_quota_refuses_a_pod_over_it() {
     Api::<ResourceQuota>::namespaced(f.client.clone(), "team-a")
         .create(
             &pp,
-            &from(json!({
+            &support::from_json(json!({
                 "metadata": {"name": "runners"},
                 "spec": {"hard": {"pods": "1", "limits.memory": "1Gi"}},
             })),
@@ -430,7 +411,7 @@ async fn resource_quota_refuses_a_pod_over_it() {
     let with_limits = |name: &str| {
         let mut p = runner_pod(name, IMAGE);
         p.spec.as_mut().unwrap().containers[0].resources =
-            Some(from(json!({"limits": {"memory": "512Mi"}})));
+            Some(support::from_json(json!({"limits": {"memory": "512Mi"}})));
         p
     };
     pods.create(&pp, &with_limits("first")).await.unwrap();

@@ -13,25 +13,6 @@ use tests::cluster::LoopbackCluster;
 
 mod support;
 
-async fn client_with(cluster: &LoopbackCluster, token: &str) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig_for(token)).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
-}
-
-fn status(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("not an API error: {other:?}"),
-    }
-}
-
-fn create<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
-    serde_json::from_value(v).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_account_tokens_get_what_rbac_grants_and_nothing_else() {
     let cluster = LoopbackCluster::start().await.unwrap();
@@ -40,26 +21,35 @@ async fn service_account_tokens_get_what_rbac_grants_and_nothing_else() {
     support::namespace(&admin, "team-b").await;
     let pp = PostParams::default();
     Api::<ServiceAccount>::namespaced(admin.clone(), "team-a")
-        .create(&pp, &create(json!({"metadata": {"name": "tf-runner"}})))
+        .create(
+            &pp,
+            &support::from_json(json!({"metadata": {"name": "tf-runner"}})),
+        )
         .await
         .unwrap();
     for ns in ["team-a", "team-b"] {
         Api::<Secret>::namespaced(admin.clone(), ns)
-            .create(&pp, &create(json!({"metadata": {"name": "db"}})))
+            .create(
+                &pp,
+                &support::from_json(json!({"metadata": {"name": "db"}})),
+            )
             .await
             .unwrap();
     }
     Api::<Secret>::namespaced(admin.clone(), "team-a")
-        .create(&pp, &create(json!({"metadata": {"name": "other"}})))
+        .create(
+            &pp,
+            &support::from_json(json!({"metadata": {"name": "other"}})),
+        )
         .await
         .unwrap();
     let token = cluster
         .service_account_token("team-a", "tf-runner")
         .unwrap();
-    let runner = client_with(&cluster, &token).await;
+    let runner = support::client_for(&cluster, &token).await;
     let secrets_a: Api<Secret> = Api::namespaced(runner.clone(), "team-a");
 
-    let e = status(secrets_a.get("db").await.unwrap_err());
+    let e = support::status(secrets_a.get("db").await.unwrap_err());
     assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
     assert_eq!(
         e.message,
@@ -69,7 +59,7 @@ async fn service_account_tokens_get_what_rbac_grants_and_nothing_else() {
     Api::<Role>::namespaced(admin.clone(), "team-a")
         .create(
             &pp,
-            &create(json!({
+            &support::from_json(json!({
                 "metadata": {"name": "runner"},
                 "rules": [
                     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["db"]},
@@ -82,7 +72,7 @@ async fn service_account_tokens_get_what_rbac_grants_and_nothing_else() {
     Api::<RoleBinding>::namespaced(admin.clone(), "team-a")
         .create(
             &pp,
-            &create(json!({
+            &support::from_json(json!({
                 "metadata": {"name": "runner"},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "runner"},
                 "subjects": [{"kind": "ServiceAccount", "name": "tf-runner", "namespace": "team-a"}],
@@ -91,8 +81,11 @@ async fn service_account_tokens_get_what_rbac_grants_and_nothing_else() {
         .await
         .unwrap();
     secrets_a.get("db").await.unwrap();
-    assert_eq!(status(secrets_a.get("other").await.unwrap_err()).code, 403);
-    let e = status(secrets_a.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!(
+        support::status(secrets_a.get("other").await.unwrap_err()).code,
+        403
+    );
+    let e = support::status(secrets_a.list(&ListParams::default()).await.unwrap_err());
     assert_eq!(e.code, 403);
     assert!(
         e.message.starts_with("secrets is forbidden: User"),
@@ -100,11 +93,14 @@ async fn service_account_tokens_get_what_rbac_grants_and_nothing_else() {
         e.message
     );
     let cms: Api<ConfigMap> = Api::namespaced(runner.clone(), "team-a");
-    cms.create(&pp, &create(json!({"metadata": {"name": "plan"}})))
-        .await
-        .unwrap();
+    cms.create(
+        &pp,
+        &support::from_json(json!({"metadata": {"name": "plan"}})),
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        status(
+        support::status(
             cms.delete("plan", &DeleteParams::default())
                 .await
                 .unwrap_err()
@@ -114,8 +110,8 @@ async fn service_account_tokens_get_what_rbac_grants_and_nothing_else() {
     );
     // The Role stops at its namespace; cluster-scoped reads need a ClusterRole.
     let b: Api<Secret> = Api::namespaced(runner.clone(), "team-b");
-    assert_eq!(status(b.get("db").await.unwrap_err()).code, 403);
-    let e = status(
+    assert_eq!(support::status(b.get("db").await.unwrap_err()).code, 403);
+    let e = support::status(
         Api::<Namespace>::all(runner.clone())
             .list(&ListParams::default())
             .await
@@ -127,7 +123,7 @@ async fn service_account_tokens_get_what_rbac_grants_and_nothing_else() {
     Api::<ClusterRoleBinding>::all(admin.clone())
         .create(
             &pp,
-            &create(json!({
+            &support::from_json(json!({
                 "metadata": {"name": "team-a-admin"},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
                 "subjects": [{"kind": "Group", "name": "system:serviceaccounts:team-a", "apiGroup": "rbac.authorization.k8s.io"}],
@@ -180,5 +176,8 @@ async fn service_account_tokens_get_what_rbac_grants_and_nothing_else() {
         .delete("tf-runner", &DeleteParams::default())
         .await
         .unwrap();
-    assert_eq!(status(secrets_a.get("db").await.unwrap_err()).code, 401);
+    assert_eq!(
+        support::status(secrets_a.get("db").await.unwrap_err()).code,
+        401
+    );
 }

@@ -12,7 +12,6 @@ use std::process::{Command, Stdio};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams};
 use serde_json::json;
 use tests::cluster::LoopbackCluster;
@@ -49,10 +48,6 @@ fn minor_version(terraform: &Path) -> Option<u32> {
     let text = String::from_utf8_lossy(&out.stdout);
     let v = text.lines().next()?.strip_prefix("Terraform v")?;
     v.split('.').nth(1)?.parse().ok()
-}
-
-fn from_json<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
-    serde_json::from_value(v).unwrap()
 }
 
 struct Workdir {
@@ -176,35 +171,13 @@ async fn judge(terraform: &Path, protobuf: bool) {
     // Terraform runs as a ServiceAccount with exactly the RBAC the notes list for the backend.
     let pp = kube::api::PostParams::default();
     Api::<ServiceAccount>::namespaced(client.clone(), "tf")
-        .create(&pp, &from_json(json!({"metadata": {"name": "tf-runner"}})))
-        .await
-        .unwrap();
-    Api::<Role>::namespaced(client.clone(), "tf")
         .create(
             &pp,
-            &from_json(json!({
-                "metadata": {"name": "tf-state"},
-                "rules": [
-                    {"apiGroups": [""], "resources": ["secrets"],
-                     "verbs": ["get", "list", "create", "update", "delete"]},
-                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                     "verbs": ["get", "create", "update", "delete"]},
-                ],
-            })),
+            &support::from_json(json!({"metadata": {"name": "tf-runner"}})),
         )
         .await
         .unwrap();
-    Api::<RoleBinding>::namespaced(client.clone(), "tf")
-        .create(
-            &pp,
-            &from_json(json!({
-                "metadata": {"name": "tf-state"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tf-state"},
-                "subjects": [{"kind": "ServiceAccount", "name": "tf-runner"}],
-            })),
-        )
-        .await
-        .unwrap();
+    support::grant_state_backend(&client, "tf", "tf-runner").await;
     let token = cluster.service_account_token("tf", "tf-runner").unwrap();
     let w = Workdir::new(terraform, &cluster.kubeconfig_for(&token));
     let label = terraform.display().to_string();

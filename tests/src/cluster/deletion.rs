@@ -25,7 +25,7 @@ pub fn finalize_namespace(
     if current["spec"]["finalizers"].is_null() {
         current["spec"]["finalizers"] = json!([]);
     }
-    store_update(store, r, "", name, current)
+    Ok(store_update(store, r, "", name, current))
 }
 
 /// The deletion propagation a delete asks for.
@@ -111,18 +111,13 @@ pub fn delete(
             .is_some_and(|f| !f.is_empty());
     let grace = graceful_seconds(r, &current, options);
     let deleting = current["metadata"].get("deletionTimestamp").is_some();
+    // The object stays (marked for deletion) while finalizers or a grace period hold it; a
+    // delete with grace period 0 of a terminating Pod (the kubelet's) falls through to removal.
     if !wanted.is_empty() || namespace_finalizers || grace > 0 {
         if deleting && wanted == finalizers(&current) {
-            let shortened = grace == 0
-                && current["metadata"]["deletionGracePeriodSeconds"]
-                    .as_i64()
-                    .unwrap_or(0)
-                    > 0;
-            if !shortened {
-                return Ok(Deleted::Pending(current));
-            }
+            return Ok(Deleted::Pending(current));
         }
-        if !deleting || grace == 0 {
+        if !deleting {
             let at = now + jiff::SignedDuration::from_secs(grace);
             object["metadata"]["deletionTimestamp"] = timestamp(at);
             object["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
@@ -131,9 +126,7 @@ pub fn delete(
         if r.kind == "Namespace" && r.group.is_empty() {
             object["status"]["phase"] = json!("Terminating");
         }
-        if !wanted.is_empty() || namespace_finalizers || grace > 0 {
-            return Ok(Deleted::Pending(store.put(key, object)));
-        }
+        return Ok(Deleted::Pending(store.put(key, object)));
     }
     let deleted = store
         .remove(&key)

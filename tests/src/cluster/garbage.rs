@@ -144,7 +144,7 @@ fn quota_status(store: &mut Store, namespace: &str) {
 }
 
 /// The ServiceAccount controller: every active namespace has a `default` ServiceAccount.
-fn default_service_account(store: &mut Store, namespace: &str, now: jiff::Timestamp) {
+pub(super) fn default_service_account(store: &mut Store, namespace: &str, now: jiff::Timestamp) {
     let key = Key {
         resource: "serviceaccounts".into(),
         namespace: namespace.into(),

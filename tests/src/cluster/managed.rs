@@ -73,29 +73,16 @@ fn list_kind(r: &Resource, path: &[String]) -> ListMerge {
         };
     }
     match node["x-kubernetes-list-type"].as_str() {
-        Some("map") => {
-            // The first key names the item (a single-key map list is what our schemas use;
-            // compound keys are encoded whole by `item_key`).
-            let key = node["x-kubernetes-list-map-keys"][0]
+        // The first key names the item (our schemas key their map lists by one field).
+        Some("map") => ListMerge::ByKey(
+            node["x-kubernetes-list-map-keys"][0]
                 .as_str()
-                .unwrap_or("name");
-            ListMerge::ByKey(leak(key))
-        }
+                .unwrap_or("name")
+                .to_string(),
+        ),
         Some("set") => ListMerge::Union,
         _ => ListMerge::Replace,
     }
-}
-
-/// Map keys of custom schemas as `'static` names: a handful per process, kept interned.
-fn leak(key: &str) -> &'static str {
-    static KEYS: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
-    let mut keys = KEYS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(k) = keys.iter().find(|k| **k == key) {
-        return k;
-    }
-    let k: &'static str = Box::leak(key.to_string().into_boxed_str());
-    keys.push(k);
-    k
 }
 
 fn item_key(merge_key: &str, item: &Value) -> String {
@@ -119,7 +106,7 @@ fn fields_of(r: &Resource, value: &Value, prefix: &mut Path, out: &mut BTreeSet<
         Value::Array(items) if !items.is_empty() => match list_kind(r, prefix) {
             ListMerge::ByKey(key) => {
                 for item in items {
-                    prefix.push(item_key(key, item));
+                    prefix.push(item_key(&key, item));
                     prefix.push(".".into());
                     out.insert(prefix.clone());
                     prefix.pop();
@@ -422,9 +409,9 @@ fn merge(r: &Resource, target: &mut Value, config: &Value, path: &mut Path) {
         _ => match (target.as_array_mut(), config, list_kind(r, path)) {
             (Some(t), Value::Array(c), ListMerge::ByKey(key)) => {
                 for item in c {
-                    match t.iter_mut().find(|e| e[key] == item[key]) {
+                    match t.iter_mut().find(|e| e[key.as_str()] == item[key.as_str()]) {
                         Some(existing) => {
-                            path.push(item_key(key, item));
+                            path.push(item_key(&key, item));
                             merge(r, existing, item, path);
                             path.pop();
                         }
@@ -650,10 +637,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn configmaps() -> Resource {
-        super::super::resources::find(&Store::default(), "", "v1", "configmaps").unwrap()
-    }
-
     #[test]
     fn fields_encode_as_fields_v1_and_back() {
         let r = super::super::resources::find(&Store::default(), "", "v1", "pods").unwrap();
@@ -675,6 +658,5 @@ mod tests {
             })
         );
         assert_eq!(decode(&encoded), set);
-        let _ = configmaps();
     }
 }

@@ -169,17 +169,7 @@ pub fn create(
     if r.group.is_empty() && r.kind == "Namespace" {
         // The ServiceAccount controller's `default` account, made at once here so that a Pod
         // created right after its namespace finds it (the real one takes milliseconds).
-        let sa = Key {
-            resource: "serviceaccounts".into(),
-            namespace: name.clone(),
-            name: "default".into(),
-        };
-        let account = json!({
-            "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": "default", "namespace": name,
-                         "uid": format!("{}-sa", ctx.uid), "creationTimestamp": timestamp(ctx.now)},
-        });
-        store.put(sa, account);
+        super::garbage::default_service_account(store, &name, ctx.now);
     }
     Ok(stored)
 }
@@ -353,7 +343,7 @@ pub fn update(
     check_kind(r, &object)?;
     let current = get(store, r, namespace, name)?;
     prepare_update(r, name, &current, object, sub)
-        .and_then(|object| store_update(store, r, namespace, name, object))
+        .map(|object| store_update(store, r, namespace, name, object))
 }
 
 /// The object as it is to be stored after an update of `current` to `object`.
@@ -478,7 +468,7 @@ pub(super) fn store_update(
     namespace: &str,
     name: &str,
     object: Value,
-) -> Result<Value, ApiError> {
+) -> Value {
     let key = r.key(namespace, name);
     let done = object["metadata"].get("deletionTimestamp").is_some()
         && finalizers(&object).is_empty()
@@ -489,7 +479,7 @@ pub(super) fn store_update(
     if done {
         store.remove(&key);
     }
-    Ok(stored)
+    stored
 }
 
 /// How a PATCH body is to be read, by its content type.
@@ -546,7 +536,7 @@ pub fn patched(
                     "application/strategic-merge-patch+json",
                 ));
             }
-            super::strategic::apply(&mut object, body, &r.kind).map_err(ApiError::bad_request)?;
+            super::strategic::apply(&mut object, body).map_err(ApiError::bad_request)?;
         }
     }
     Ok(object)
@@ -572,7 +562,7 @@ pub fn store_patched(
         object["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
     }
     let object = prepare_update(r, name, current, object, sub)?;
-    store_update(store, r, namespace, name, object)
+    Ok(store_update(store, r, namespace, name, object))
 }
 
 /// The object's `metadata.finalizers`.
@@ -620,8 +610,8 @@ pub fn with_finalizers(object: &Value, list: &[String]) -> Value {
     o
 }
 
-/// Stores `object` as a controller's update of `current` (no preconditions, no admission):
-/// used by the garbage collector and the namespace controller.
+/// Stores `object` as a controller's update (no preconditions, no admission): used by the
+/// garbage collector, the namespace and quota controllers and the kubelet.
 pub fn controller_update(store: &mut Store, r: &Resource, object: Value) -> Value {
     let namespace = object["metadata"]["namespace"]
         .as_str()
@@ -631,12 +621,5 @@ pub fn controller_update(store: &mut Store, r: &Resource, object: Value) -> Valu
         .as_str()
         .unwrap_or("")
         .to_string();
-    let mut object = object;
-    if let Some(m) = object["metadata"].as_object_mut() {
-        m.remove("resourceVersion");
-    }
-    match store_update(store, r, &namespace, &name, object.clone()) {
-        Ok(v) => v,
-        Err(_) => object,
-    }
+    store_update(store, r, &namespace, &name, object)
 }

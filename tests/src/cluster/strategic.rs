@@ -9,10 +9,10 @@
 use serde_json::{Map, Value};
 
 /// How a list field merges (also what server-side apply reads for built-in kinds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListMerge {
     /// By this key of its elements.
-    ByKey(&'static str),
+    ByKey(String),
     /// As a set of primitives.
     Union,
     /// Replaced whole (every list without a patch strategy).
@@ -30,18 +30,14 @@ pub fn list_merge(field: &str) -> ListMerge {
         | "volumes"
         | "imagePullSecrets"
         | "secrets"
-        | "readinessGates"
-        | "resourceClaims" => ListMerge::ByKey(if field == "readinessGates" {
-            "conditionType"
-        } else {
-            "name"
-        }),
-        "ports" => ListMerge::ByKey("containerPort"),
-        "volumeMounts" => ListMerge::ByKey("mountPath"),
-        "volumeDevices" => ListMerge::ByKey("devicePath"),
-        "hostAliases" => ListMerge::ByKey("ip"),
-        "conditions" => ListMerge::ByKey("type"),
-        "ownerReferences" => ListMerge::ByKey("uid"),
+        | "resourceClaims" => ListMerge::ByKey("name".into()),
+        "readinessGates" => ListMerge::ByKey("conditionType".into()),
+        "ports" => ListMerge::ByKey("containerPort".into()),
+        "volumeMounts" => ListMerge::ByKey("mountPath".into()),
+        "volumeDevices" => ListMerge::ByKey("devicePath".into()),
+        "hostAliases" => ListMerge::ByKey("ip".into()),
+        "conditions" => ListMerge::ByKey("type".into()),
+        "ownerReferences" => ListMerge::ByKey("uid".into()),
         "finalizers" => ListMerge::Union,
         _ => ListMerge::Replace,
     }
@@ -51,7 +47,7 @@ pub fn list_merge(field: &str) -> ListMerge {
 ///
 /// # Errors
 /// A message for a patch of the wrong shape or an unknown directive.
-pub fn apply(target: &mut Value, patch: &Value, _kind: &str) -> Result<(), String> {
+pub fn apply(target: &mut Value, patch: &Value) -> Result<(), String> {
     merge_map(target, patch)
 }
 
@@ -105,7 +101,7 @@ fn merge_map(target: &mut Value, patch: &Value) -> Result<(), String> {
         match (value, list_merge(key)) {
             (Value::Array(items), ListMerge::ByKey(merge_key)) => {
                 let current = map.entry(key.clone()).or_insert(Value::Array(Vec::new()));
-                merge_keyed(current, items, merge_key)?;
+                merge_keyed(current, items, &merge_key)?;
             }
             (Value::Array(items), ListMerge::Union) => {
                 let current = map.entry(key.clone()).or_insert(Value::Array(Vec::new()));
@@ -202,7 +198,6 @@ mod tests {
                     {"name": "side", "$patch": "delete"},
                 ], "tolerations": [{"key": "other"}]},
             }),
-            "Pod",
         )
         .unwrap();
         assert_eq!(pod["metadata"]["finalizers"], json!(["a", "b"]));
@@ -216,18 +211,12 @@ mod tests {
         );
         assert_eq!(pod["spec"]["tolerations"], json!([{"key": "other"}]));
         let mut o = json!({"data": {"a": "1", "b": "2"}});
-        apply(
-            &mut o,
-            &json!({"data": {"$patch": "replace", "c": "3"}}),
-            "ConfigMap",
-        )
-        .unwrap();
+        apply(&mut o, &json!({"data": {"$patch": "replace", "c": "3"}})).unwrap();
         assert_eq!(o["data"], json!({"c": "3"}));
         let mut o = json!({"metadata": {"finalizers": ["a", "b"]}});
         apply(
             &mut o,
             &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}),
-            "Secret",
         )
         .unwrap();
         assert_eq!(o["metadata"]["finalizers"], json!(["b"]));

@@ -1,5 +1,6 @@
-//! What the conformance tests share: a kube-rs client and a kubeconfig file for a running
-//! loopback cluster, a namespace, kubectl as a process.
+//! What the conformance tests share: kube-rs clients and a kubeconfig file for a running
+//! loopback cluster, a namespace, the Widget CRD, the state backend's RBAC, kubectl as a
+//! process, and small conversions.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -13,11 +14,80 @@ use tests::cluster::LoopbackCluster;
 
 /// A kube-rs client authenticated as the admin, from the cluster's kubeconfig.
 pub async fn client(cluster: &LoopbackCluster) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig()).unwrap();
+    client_for(cluster, &cluster.admin_token).await
+}
+
+/// A kube-rs client authenticated with `token`.
+pub async fn client_for(cluster: &LoopbackCluster, token: &str) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig_for(token)).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .unwrap();
     kube::Client::try_from(config).unwrap()
+}
+
+/// The `Status` of an API error (panics on any other error).
+pub fn status(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("not an API error: {other:?}"),
+    }
+}
+
+/// A typed object from JSON.
+pub fn from_json<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
+    serde_json::from_value(v).unwrap()
+}
+
+/// Creates the Widget CRD and waits until it is established.
+pub async fn widgets_served(client: &kube::Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &widget_crd())
+        .await
+        .unwrap();
+    let established = kube::runtime::wait::await_condition(
+        crds,
+        "widgets.test.tfops.io",
+        kube::runtime::wait::conditions::is_crd_established(),
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(10), established)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// Gives the ServiceAccount `account` of `namespace` exactly the RBAC the notes list for
+/// Terraform's kubernetes backend: Secrets get/list/create/update/delete, Leases
+/// get/create/update/delete.
+pub async fn grant_state_backend(client: &kube::Client, namespace: &str, account: &str) {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let pp = PostParams::default();
+    Api::<Role>::namespaced(client.clone(), namespace)
+        .create(
+            &pp,
+            &from_json(json!({
+                "metadata": {"name": "tf-state"},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["secrets"],
+                     "verbs": ["get", "list", "create", "update", "delete"]},
+                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                     "verbs": ["get", "create", "update", "delete"]},
+                ],
+            })),
+        )
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .create(
+            &pp,
+            &from_json(json!({
+                "metadata": {"name": "tf-state"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tf-state"},
+                "subjects": [{"kind": "ServiceAccount", "name": account}],
+            })),
+        )
+        .await
+        .unwrap();
 }
 
 /// Creates the namespace `name`.
