@@ -338,6 +338,12 @@ async fn faults_end_as_a_kubelet_reports_them() {
     tokio::time::timeout(Duration::from_secs(30), accepting)
         .await
         .unwrap();
+    // A Pod without the fault, started after the stuck one's port accepted, becoming Ready
+    // means the kubelet has had time to see the stuck one's port too.
+    pods.create(&pp, &runner_pod("control", IMAGE))
+        .await
+        .unwrap();
+    wait_for(&pods, "control", "became Ready", ready).await;
     assert!(!ready(&pods.get("stuck").await.unwrap()));
 
     // An image that does not exist here: waiting to be pulled, never running.
