@@ -178,3 +178,42 @@ pub fn widget_crd() -> CustomResourceDefinition {
     }))
     .unwrap()
 }
+
+/// Creates tfops' `Terraform` CRD (generated from the types) and waits until it is
+/// established.
+pub async fn terraform_crd_served(client: &kube::Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &tfops_kube::crd().unwrap())
+        .await
+        .unwrap();
+    let established = kube::runtime::wait::await_condition(
+        crds,
+        "terraforms.infra.argocd.io",
+        kube::runtime::wait::conditions::is_crd_established(),
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(10), established)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// Creates the `Terraform` object `namespace/name` with a Git source and `spec` merged over
+/// it; returns it as stored.
+pub async fn terraform(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> tfops_kube::Terraform {
+    let mut body = json!({
+        "apiVersion": "infra.argocd.io/v1alpha1",
+        "kind": "Terraform",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"sourceRef": {"kind": "GitRepository", "url": "https://git.example.com/infra.git"}},
+    });
+    json_patch::merge(&mut body["spec"], &spec);
+    Api::<tfops_kube::Terraform>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &from_json(body))
+        .await
+        .unwrap()
+}
