@@ -92,9 +92,16 @@ async fn a_plan_round_trips_with_its_metadata_and_owner() {
     let w = world().await;
     let store = KubePlanStore::new(w.client.clone(), Owner::Lookup(w.client.clone()));
     assert_eq!(store.load(&w.key, "default").await.unwrap(), None);
-    let saved = plan("plan-main-abc", b"PK\x03\x04 a plan".to_vec(), "+ create".into());
+    let saved = plan(
+        "plan-main-abc",
+        b"PK\x03\x04 a plan".to_vec(),
+        "+ create".into(),
+    );
     store.save(&w.key, "default", &saved).await.unwrap();
-    assert_eq!(store.load(&w.key, "default").await.unwrap(), Some(saved.clone()));
+    assert_eq!(
+        store.load(&w.key, "default").await.unwrap(),
+        Some(saved.clone())
+    );
 
     let secrets: Api<Secret> = Api::namespaced(w.client.clone(), "team");
     let head = secrets.get("tfplan-default-web").await.unwrap();
@@ -135,11 +142,18 @@ async fn a_plan_over_2_mib_is_chunked_and_a_smaller_one_replaces_it_without_left
     store.save(&w.key, "default", &big).await.unwrap();
     assert_eq!(
         names(&secrets).await,
-        ["tfplan-default-web", "tfplan-default-web-1", "tfplan-default-web-2"]
+        [
+            "tfplan-default-web",
+            "tfplan-default-web-1",
+            "tfplan-default-web-2"
+        ]
     );
     assert_eq!(
         names(&maps).await,
-        ["tfplan-default-web-readable", "tfplan-default-web-readable-1"]
+        [
+            "tfplan-default-web-readable",
+            "tfplan-default-web-readable-1"
+        ]
     );
     for s in secrets
         .list(&ListParams::default().labels("infra.argocd.io/object=web"))
@@ -197,7 +211,10 @@ async fn a_reader_racing_saves_gets_one_whole_plan_or_the_other() {
         }
     }
     writer.await.unwrap();
-    assert!(reads > 0, "no read completed while saving ({unavailable} kept changing)");
+    assert!(
+        reads > 0,
+        "no read completed while saving ({unavailable} kept changing)"
+    );
     assert_eq!(store.load(&w.key, "default").await.unwrap(), Some(a));
 }
 
@@ -208,10 +225,14 @@ async fn damage_is_reported_not_returned() {
         chunk_size: 1024,
         ..CodecConfig::default()
     };
-    let store =
-        KubePlanStore::new(w.client.clone(), Owner::None).with_codec(small, CodecConfig::readable());
+    let store = KubePlanStore::new(w.client.clone(), Owner::None)
+        .with_codec(small, CodecConfig::readable());
     store
-        .save(&w.key, "default", &plan("plan-main-a", noise(3000, 3), "x".into()))
+        .save(
+            &w.key,
+            "default",
+            &plan("plan-main-a", noise(3000, 3), "x".into()),
+        )
         .await
         .unwrap();
     let secrets: Api<Secret> = Api::namespaced(w.client.clone(), "team");
@@ -219,7 +240,11 @@ async fn damage_is_reported_not_returned() {
     chunk.data.as_mut().unwrap().get_mut("chunk").unwrap().0[10] ^= 0xff;
     let patch = json!({"data": {"chunk": chunk.data.unwrap()["chunk"]}});
     secrets
-        .patch("tfplan-default-web-1", &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(
+            "tfplan-default-web-1",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
         .unwrap();
     match store.load(&w.key, "default").await {
@@ -230,7 +255,10 @@ async fn damage_is_reported_not_returned() {
         .delete("tfplan-default-web-1", &DeleteParams::default())
         .await
         .unwrap();
-    assert!(store.load(&w.key, "default").await.is_err(), "a missing chunk is an error");
+    assert!(
+        store.load(&w.key, "default").await.is_err(),
+        "a missing chunk is an error"
+    );
 }
 
 #[tokio::test]
@@ -243,7 +271,11 @@ async fn deleting_the_terraform_object_garbage_collects_its_plan() {
     let store = KubePlanStore::new(w.client.clone(), Owner::Lookup(w.client.clone()))
         .with_codec(small, CodecConfig::readable());
     store
-        .save(&w.key, "default", &plan("plan-main-a", noise(5000, 4), "x".into()))
+        .save(
+            &w.key,
+            "default",
+            &plan("plan-main-a", noise(5000, 4), "x".into()),
+        )
         .await
         .unwrap();
     let secrets: Api<Secret> = Api::namespaced(w.client.clone(), "team");

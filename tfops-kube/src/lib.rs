@@ -23,5 +23,5 @@ pub use inputs::KubeInputs;
 pub use objects::KubeObjectWriter;
 pub use outputs::KubeOutputsSink;
 pub use plans::KubePlanStore;
-pub use state::KubeStateAdmin;
 pub use resource::{Terraform, crd, crd_yaml};
+pub use state::KubeStateAdmin;

@@ -81,13 +81,13 @@ impl ObjectWriter for KubeObjectWriter {
                 .await
                 .map_err(|e| port_error(&doing, e))?;
             let meta = &current.metadata;
-            if meta.deletion_timestamp.is_some() {
-                // A finalizer cannot be added to an object being deleted.
-                return Err(PortError::NotFound(format!("{object} is being deleted")));
-            }
             let finalizers = meta.finalizers.clone().unwrap_or_default();
             if finalizers.iter().any(|f| f == FINALIZER) {
                 return Ok(());
+            }
+            if meta.deletion_timestamp.is_some() {
+                // The API server refuses new finalizers on an object being deleted.
+                return Err(PortError::NotFound(format!("{object} is being deleted")));
             }
             let rv = meta.resource_version.clone().unwrap_or_default();
             let patch = if meta.finalizers.is_none() {
@@ -102,7 +102,11 @@ impl ObjectWriter for KubeObjectWriter {
                 ])
             };
             match api
-                .patch(&object.name, &PatchParams::default(), &Patch::Json::<()>(json_patch(patch)?))
+                .patch(
+                    &object.name,
+                    &PatchParams::default(),
+                    &Patch::Json::<()>(json_patch(patch)?),
+                )
                 .await
             {
                 Ok(_) => return Ok(()),
@@ -137,7 +141,11 @@ impl ObjectWriter for KubeObjectWriter {
                 {"op": "remove", "path": path},
             ]);
             match api
-                .patch(&object.name, &PatchParams::default(), &Patch::Json::<()>(json_patch(patch)?))
+                .patch(
+                    &object.name,
+                    &PatchParams::default(),
+                    &Patch::Json::<()>(json_patch(patch)?),
+                )
                 .await
             {
                 Ok(_) => return Ok(()),

@@ -248,7 +248,12 @@ impl KubePlanStore {
         self.secrets(object)
             .patch(&name, &apply_params(), &Patch::Apply(&secret))
             .await
-            .map_err(|e| port_error(&format!("writing plan Secret {}/{name}", object.namespace), e))?;
+            .map_err(|e| {
+                port_error(
+                    &format!("writing plan Secret {}/{name}", object.namespace),
+                    e,
+                )
+            })?;
         Ok(())
     }
 
@@ -258,7 +263,10 @@ impl KubePlanStore {
             .patch(&name, &apply_params(), &Patch::Apply(&map))
             .await
             .map_err(|e| {
-                port_error(&format!("writing plan ConfigMap {}/{name}", object.namespace), e)
+                port_error(
+                    &format!("writing plan ConfigMap {}/{name}", object.namespace),
+                    e,
+                )
             })?;
         Ok(())
     }
@@ -379,7 +387,8 @@ impl PlanStore for KubePlanStore {
         let digest = tfops_core::plan::content_digest(&plan.shown.json).ok();
         let bundled = bundle(&plan.binary, &plan.shown.json);
         let head_name = plan_secret_name(workspace, &object.name);
-        let (index, mut parts) = Self::parts(&self.binary, &bundled, &plan.id, &upload, &head_name)?;
+        let (index, mut parts) =
+            Self::parts(&self.binary, &bundled, &plan.id, &upload, &head_name)?;
         let readable_head = readable_plan_name(workspace, &object.name);
         let (rindex, mut rparts) = Self::parts(
             &self.readable,
@@ -401,7 +410,14 @@ impl PlanStore for KubePlanStore {
         rparts.rotate_left(1);
         for part in rparts {
             let metadata = Self::metadata(
-                object, workspace, "readable", &part.name, &plan.id, &part.header, &owners, None,
+                object,
+                workspace,
+                "readable",
+                &part.name,
+                &plan.id,
+                &part.header,
+                &owners,
+                None,
             );
             let mut data = BTreeMap::new();
             data.insert(KEY_HEADER.to_string(), text(to_json(&part.header)?)?);
@@ -471,7 +487,12 @@ impl PlanStore for KubePlanStore {
                 .delete(&head, &DeleteParams::default())
                 .await,
         )
-        .map_err(|e| port_error(&format!("deleting plan Secret {}/{head}", object.namespace), e))?;
+        .map_err(|e| {
+            port_error(
+                &format!("deleting plan Secret {}/{head}", object.namespace),
+                e,
+            )
+        })?;
         self.remove_stale(object, workspace, None).await
     }
 }
@@ -525,7 +546,8 @@ fn label_value(value: &str) -> String {
 }
 
 fn to_json<T: Serialize>(value: &T) -> Result<Vec<u8>, PortError> {
-    serde_json::to_vec(value).map_err(|e| PortError::Invalid(format!("encoding plan metadata: {e}")))
+    serde_json::to_vec(value)
+        .map_err(|e| PortError::Invalid(format!("encoding plan metadata: {e}")))
 }
 
 /// ConfigMap data must be text; readable chunks are cut on UTF-8 boundaries.

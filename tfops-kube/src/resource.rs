@@ -7,7 +7,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tfops_core::api::{GROUP, KIND, TerraformSpec, TerraformStatus, VERSION};
+use tfops_core::api::{GROUP, KIND, TerraformObject, TerraformSpec, TerraformStatus, VERSION};
 
 /// The plural resource name.
 pub const PLURAL: &str = "terraforms";
@@ -51,6 +51,28 @@ impl Terraform {
             },
             spec,
             status: None,
+        }
+    }
+}
+
+impl Terraform {
+    /// The object as the reconciler sees it (metadata it reads, spec, status).
+    pub fn to_object(&self) -> TerraformObject {
+        let m = &self.metadata;
+        TerraformObject {
+            metadata: tfops_core::api::ObjectMeta {
+                name: m.name.clone().unwrap_or_default(),
+                namespace: m.namespace.clone().unwrap_or_default(),
+                uid: m.uid.clone().unwrap_or_default(),
+                resource_version: m.resource_version.clone().unwrap_or_default(),
+                generation: m.generation.unwrap_or_default(),
+                labels: m.labels.clone().unwrap_or_default(),
+                annotations: m.annotations.clone().unwrap_or_default(),
+                deletion_timestamp: m.deletion_timestamp.as_ref().map(|t| t.0),
+                finalizers: m.finalizers.clone().unwrap_or_default(),
+            },
+            spec: self.spec.clone(),
+            status: self.status.clone().unwrap_or_default(),
         }
     }
 }

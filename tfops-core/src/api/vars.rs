@@ -69,7 +69,9 @@ pub struct VarsFrom {
 }
 
 /// The kinds `varsFrom` reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 pub enum VarsFromKind {
     /// A Secret.
     Secret,
