@@ -7,7 +7,6 @@
 //! over quota with the real message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -23,23 +22,6 @@ use tfops_runner::tls::{Pki, runner_server_name};
 mod support;
 
 const IMAGE: &str = "ghcr.io/tfops/tfops-runner";
-
-/// The runner binary of this workspace, built when missing.
-fn runner_binary() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let binary = target.join("debug/tfops-runner");
-    if !binary.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "-q", "-p", "tfops-runner", "--bin", "tfops-runner"])
-            .status()
-            .unwrap();
-        assert!(status.success(), "building tfops-runner");
-    }
-    binary
-}
 
 fn terraform() -> String {
     std::env::var("TFOPS_TERRAFORM").unwrap_or_else(|_| "/usr/local/bin/terraform".into())
@@ -62,7 +44,7 @@ async fn fixture() -> Fixture {
     base_env.insert("TFOPS_TERRAFORM".to_string(), terraform());
     let cluster = LoopbackCluster::start_with(Options {
         kubelet: Some(KubeletConfig {
-            images: [(IMAGE.to_string(), runner_binary())].into(),
+            images: [(IMAGE.to_string(), support::runner_binary())].into(),
             root: root.path().to_path_buf(),
             base_env,
         }),

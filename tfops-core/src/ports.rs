@@ -318,6 +318,32 @@ impl std::fmt::Debug for OutputValue {
     }
 }
 
+/// The last plan of a session, as a runner that stores plans itself is asked to store it
+/// (see [`RunnerSession::writes_for_object`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanToStore {
+    /// The workspace it is stored under.
+    pub workspace: String,
+    /// The plan id.
+    pub id: String,
+    /// A destroy plan.
+    pub is_destroy: bool,
+    /// Made to correct drift.
+    pub is_drift: bool,
+}
+
+/// What a runner that writes outputs itself is asked to do after an apply.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OutputsRequest {
+    /// Where to write the outputs (`spec.writeOutputsToSecret`), if anywhere.
+    pub target: Option<WriteOutputsToSecret>,
+    /// An outputs Secret written under another name before, to remove.
+    pub remove: Option<String>,
+    /// The outputs whose values the caller needs (health check targets); every other value
+    /// stays in the runner and comes back as `null`.
+    pub reveal: Vec<String>,
+}
+
 /// A connection to one runner for one run. Commands run in order in one working directory;
 /// `apply` applies the plan made by the last `plan` of this session.
 #[async_trait]
@@ -357,6 +383,43 @@ pub trait RunnerSession: Send {
     async fn force_unlock(&mut self, lock_id: &str) -> Result<(), PortError>;
     /// Removes the working directory and, unless the object keeps it, the runner.
     async fn cleanup(&mut self) -> Result<(), PortError>;
+
+    /// Whether this runner stores plans and writes outputs itself, with its own identity (a
+    /// runner Pod writes them into the object's namespace as its ServiceAccount, so that
+    /// output values never pass through the controller). The driver then asks it
+    /// ([`RunnerSession::save_plan`], [`RunnerSession::delete_plan`],
+    /// [`RunnerSession::write_outputs`]) instead of [`Ports::plans`] and [`Ports::outputs`].
+    fn writes_for_object(&self) -> bool {
+        false
+    }
+
+    /// Stores the last plan of this session (binary, readable and JSON forms).
+    async fn save_plan(&mut self, plan: &PlanToStore) -> Result<(), PortError> {
+        let _ = plan;
+        Err(PortError::Invalid(
+            "this runner does not store plans".into(),
+        ))
+    }
+
+    /// Removes the object's stored plan under `workspace`; succeeds when there is none.
+    async fn delete_plan(&mut self, workspace: &str) -> Result<(), PortError> {
+        let _ = workspace;
+        Err(PortError::Invalid(
+            "this runner does not store plans".into(),
+        ))
+    }
+
+    /// Reads the outputs, writes them as `request` says, and returns every output with the
+    /// values of `request.reveal` only (the others `null`).
+    async fn write_outputs(
+        &mut self,
+        request: &OutputsRequest,
+    ) -> Result<BTreeMap<String, OutputValue>, PortError> {
+        let _ = request;
+        Err(PortError::Invalid(
+            "this runner does not write outputs".into(),
+        ))
+    }
 }
 
 /// A plan kept for approval. Its `Debug` shows sizes, never the plan.

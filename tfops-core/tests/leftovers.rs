@@ -1,5 +1,7 @@
 //! Plans and outputs are removed by what was written: renaming the outputs Secret or changing
-//! the workspace leaves nothing behind, and deletion removes what is recorded.
+//! the workspace leaves nothing behind, and deletion removes what is recorded. Each holds
+//! both when the driver writes through its stores and when the runner writes them itself (as
+//! runner Pods do).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -17,7 +19,13 @@ fn secrets(w: &tfops_core::testing::FakeWorld) -> Vec<String> {
 
 #[tokio::test]
 async fn a_renamed_or_removed_outputs_secret_is_deleted() {
+    renamed_or_removed_outputs(false).await;
+    renamed_or_removed_outputs(true).await;
+}
+
+async fn renamed_or_removed_outputs(runner_writes: bool) {
     let w = world();
+    w.lock().runner_writes = runner_writes;
     let key = w.create(object(
         "vpc",
         json!({"approvePlan": "auto", "writeOutputsToSecret": {"name": "vpc-out"}}),
@@ -43,7 +51,13 @@ async fn a_renamed_or_removed_outputs_secret_is_deleted() {
 
 #[tokio::test]
 async fn a_changed_workspace_leaves_no_plan_and_deletion_removes_what_was_written() {
+    changed_workspace_and_deletion(false).await;
+    changed_workspace_and_deletion(true).await;
+}
+
+async fn changed_workspace_and_deletion(runner_writes: bool) {
     let w = world();
+    w.lock().runner_writes = runner_writes;
     let key = w.create(object(
         "vpc",
         json!({"workspace": "blue", "writeOutputsToSecret": {"name": "vpc-out"}}),

@@ -148,8 +148,9 @@ struct Model {
 }
 
 impl Model {
-    fn new() -> Self {
+    fn new(runner_writes: bool) -> Self {
         let world = world();
+        world.lock().runner_writes = runner_writes;
         world.publish(
             OTHER_REPO,
             "main",
@@ -726,9 +727,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 128, max_shrink_iters: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn reconciler_invariants_hold(actions in proptest::collection::vec(action(), 1..80)) {
+    fn reconciler_invariants_hold(
+        actions in proptest::collection::vec(action(), 1..80),
+        runner_writes in any::<bool>(),
+    ) {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let mut model = Model::new();
+        let mut model = Model::new(runner_writes);
         for a in &actions {
             model.apply(a, &rt)?;
         }

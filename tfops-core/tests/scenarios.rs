@@ -552,7 +552,19 @@ async fn replan_plans_even_when_nothing_changed() {
 
 #[tokio::test]
 async fn health_checks_and_outputs_are_reported() {
+    health_checks_and_outputs(false).await;
+}
+
+/// The same when the runner writes the outputs itself and gives back only the values the
+/// health checks read.
+#[tokio::test]
+async fn health_checks_and_outputs_are_reported_when_the_runner_writes_them() {
+    health_checks_and_outputs(true).await;
+}
+
+async fn health_checks_and_outputs(runner_writes: bool) {
     let w = world();
+    w.lock().runner_writes = runner_writes;
     let key = w.create(object(
         "vpc",
         json!({

@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use tfops_core::api::{FileLocation, InventoryEntry, TerraformObject};
 use tfops_core::naming;
 use tfops_core::ports::{
-    self, OutputValue, PlanRequest, PlanResult, PlanSummary, PortError, RunnerSession,
-    SetupRequest, ShownPlan,
+    self, OutputValue, OutputsRequest, PlanRequest, PlanResult, PlanSummary, PlanToStore,
+    PortError, RunnerSession, SetupRequest, ShownPlan,
 };
 use tokio::net::TcpListener;
 use tonic::transport::{
@@ -195,13 +195,22 @@ impl RunnerClient {
     /// # Errors
     /// [`ClientError::Call`].
     pub async fn info(&mut self) -> Result<(String, String), ClientError> {
-        let r = self
+        let r = self.info_reply().await?;
+        Ok((r.binary, r.version))
+    }
+
+    /// Everything the runner says of itself (binary, version, whether it writes plans and
+    /// outputs itself).
+    ///
+    /// # Errors
+    /// [`ClientError::Call`].
+    pub async fn info_reply(&mut self) -> Result<proto::InfoReply, ClientError> {
+        Ok(self
             .rpc
             .info(proto::InfoRequest {})
             .await
             .map_err(call("Info"))?
-            .into_inner();
-        Ok((r.binary, r.version))
+            .into_inner())
     }
 
     /// Uploads the archive unless the runner holds it already; returns whether it uploaded.
@@ -412,6 +421,7 @@ pub fn setup_request(request: &SetupRequest) -> Result<proto::SetupRequest, Port
             tfops_core::api::Binary::Terraform => "terraform".into(),
             tfops_core::api::Binary::Tofu => "tofu".into(),
         },
+        uid: o.metadata.uid.clone(),
     })
 }
 
@@ -424,6 +434,8 @@ pub struct Session {
     runner: String,
     prefix: String,
     next: u64,
+    /// The runner stores plans and writes outputs itself (learnt from `Info` after `init`).
+    writes: bool,
     /// Receives every log line of every command.
     pub on_line: Box<dyn FnMut(&proto::LogLine) + Send>,
 }
@@ -442,6 +454,7 @@ impl Session {
             runner: String::new(),
             prefix: prefix.to_string(),
             next: 0,
+            writes: false,
             on_line: Box::new(|_| {}),
         })
     }
@@ -540,8 +553,9 @@ impl RunnerSession for Session {
 
     async fn init(&mut self) -> Result<(), PortError> {
         self.command(Command::Init(proto::Init {})).await?;
-        let (binary, version) = self.client.info().await.map_err(port_error)?;
-        self.binary = format!("{binary} {version}");
+        let info = self.client.info_reply().await.map_err(port_error)?;
+        self.binary = format!("{} {}", info.binary, info.version);
+        self.writes = info.writes_for_object;
         Ok(())
     }
 
@@ -607,21 +621,7 @@ impl RunnerSession for Session {
             .await?
             .payload
         {
-            Some(proto::run_result::Payload::Output(o)) => o
-                .outputs
-                .into_iter()
-                .map(|(k, v)| {
-                    let value = serde_json::from_str(&v.json)
-                        .map_err(|e| PortError::Invalid(e.to_string()))?;
-                    Ok((
-                        k,
-                        OutputValue {
-                            value,
-                            sensitive: v.sensitive,
-                        },
-                    ))
-                })
-                .collect(),
+            Some(proto::run_result::Payload::Output(o)) => output_values(o),
             _ => Err(PortError::Unavailable("output returned no outcome".into())),
         }
     }
@@ -658,4 +658,68 @@ impl RunnerSession for Session {
     async fn cleanup(&mut self) -> Result<(), PortError> {
         self.client.cleanup().await.map_err(port_error)
     }
+
+    fn writes_for_object(&self) -> bool {
+        self.writes
+    }
+
+    async fn save_plan(&mut self, plan: &PlanToStore) -> Result<(), PortError> {
+        self.command(Command::SavePlan(proto::SavePlan {
+            workspace: plan.workspace.clone(),
+            plan_id: plan.id.clone(),
+            is_destroy: plan.is_destroy,
+            is_drift: plan.is_drift,
+        }))
+        .await
+        .map(drop)
+    }
+
+    async fn delete_plan(&mut self, workspace: &str) -> Result<(), PortError> {
+        self.command(Command::DeletePlan(proto::DeletePlan {
+            workspace: workspace.to_string(),
+        }))
+        .await
+        .map(drop)
+    }
+
+    async fn write_outputs(
+        &mut self,
+        request: &OutputsRequest,
+    ) -> Result<BTreeMap<String, OutputValue>, PortError> {
+        let target_json = match &request.target {
+            Some(t) => serde_json::to_string(t).map_err(|e| PortError::Invalid(e.to_string()))?,
+            None => String::new(),
+        };
+        let result = self
+            .command(Command::WriteOutputs(proto::WriteOutputs {
+                target_json,
+                remove: request.remove.clone().unwrap_or_default(),
+                reveal: request.reveal.clone(),
+            }))
+            .await?;
+        match result.payload {
+            Some(proto::run_result::Payload::Output(o)) => output_values(o),
+            _ => Err(PortError::Unavailable(
+                "write-outputs returned no outcome".into(),
+            )),
+        }
+    }
+}
+
+/// Output values as the core wants them.
+fn output_values(o: proto::OutputOutcome) -> Result<BTreeMap<String, OutputValue>, PortError> {
+    o.outputs
+        .into_iter()
+        .map(|(k, v)| {
+            let value =
+                serde_json::from_str(&v.json).map_err(|e| PortError::Invalid(e.to_string()))?;
+            Ok((
+                k,
+                OutputValue {
+                    value,
+                    sensitive: v.sensitive,
+                },
+            ))
+        })
+        .collect()
 }

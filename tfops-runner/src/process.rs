@@ -116,6 +116,17 @@ pub fn parse_args(argv: &[String]) -> Result<Option<Args>, ProcessError> {
 /// # Errors
 /// A [`ProcessError`] naming what failed.
 pub async fn run(args: Args) -> Result<(), ProcessError> {
+    run_with(args, None).await
+}
+
+/// [`run`], writing plans and outputs with `stores` when given (a runner Pod's).
+///
+/// # Errors
+/// A [`ProcessError`] naming what failed.
+pub async fn run_with(
+    args: Args,
+    stores: Option<std::sync::Arc<dyn crate::stores::Stores>>,
+) -> Result<(), ProcessError> {
     let read = |name: &str| {
         let path = args.tls_dir.join(name);
         std::fs::read_to_string(&path).map_err(|source| ProcessError::Tls { path, source })
@@ -144,6 +155,10 @@ pub async fn run(args: Args) -> Result<(), ProcessError> {
         max_log_lines: 50_000,
         kubeconfig: std::env::var_os("TFOPS_KUBECONFIG").map(PathBuf::from),
     });
+    let service = match stores {
+        Some(stores) => service.with_stores(stores),
+        None => service,
+    };
     service.prefetch_version();
     let listener = tokio::net::TcpListener::bind((args.listen.as_str(), args.port))
         .await

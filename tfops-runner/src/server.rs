@@ -15,8 +15,11 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::exec::Stream as LineStream;
 use crate::proto::{self, run_request::Command, runner_server::Runner};
+use crate::stores::{ObjectRef, Stores};
 use crate::terraform::{Io, PlanKind, Terraform, TfError};
 use crate::workdir::{self, Layout, MappedFile};
+use tfops_core::api::WriteOutputsToSecret;
+use tfops_core::ports::{OutputValue, PortError, ShownPlan, StoredPlan};
 
 /// How the runner runs.
 #[derive(Debug, Clone)]
@@ -97,6 +100,22 @@ struct State {
     home_files: Vec<PathBuf>,
     /// The binary the setup chose (`terraform`, `tofu`); empty before a setup.
     binary: String,
+    /// The object of the setup, owner of what the runner writes for it.
+    object: Option<ObjectRef>,
+}
+
+/// The last plan's rendered forms (see [`execute`]).
+#[derive(Default)]
+struct Shown {
+    json: Option<String>,
+    readable: Option<String>,
+}
+
+/// What a command needs besides Terraform.
+struct Context {
+    shown: Arc<Mutex<Shown>>,
+    /// The stores and the object they write for, when the runner has stores.
+    stores: Option<(Arc<dyn Stores>, ObjectRef)>,
 }
 
 /// The runner service.
@@ -105,8 +124,10 @@ pub struct RunnerService {
     config: Arc<RunnerConfig>,
     state: Arc<Mutex<State>>,
     runs: Arc<Mutex<HashMap<String, Arc<RunEntry>>>>,
-    /// The last plan's `show -json` (see [`execute`]).
-    shown: Arc<Mutex<Option<String>>>,
+    /// The last plan's `show -json` and `show` (see [`execute`]).
+    shown: Arc<Mutex<Shown>>,
+    /// What the runner writes plans and outputs with, if anything.
+    stores: Option<Arc<dyn Stores>>,
     /// The default binary's version, asked once: it does not change while the runner lives.
     version: Arc<tokio::sync::OnceCell<String>>,
 }
@@ -124,9 +145,17 @@ impl RunnerService {
             config: Arc::new(config),
             state: Arc::new(Mutex::new(State::default())),
             runs: Arc::new(Mutex::new(HashMap::new())),
-            shown: Arc::new(Mutex::new(None)),
+            shown: Arc::new(Mutex::new(Shown::default())),
+            stores: None,
             version: Arc::new(tokio::sync::OnceCell::new()),
         }
+    }
+
+    /// The same service writing plans and outputs with `stores` (a runner Pod's, on the
+    /// Kubernetes API with the Pod's identity).
+    pub fn with_stores(mut self, stores: Arc<dyn Stores>) -> Self {
+        self.stores = Some(stores);
+        self
     }
 
     /// Starts asking the binary for its version in the background (call once at startup,
@@ -241,8 +270,14 @@ impl RunnerService {
             cancel,
         });
         runs.insert(run_id, entry.clone());
-        let terraform = lock(&self.state).terraform.clone();
-        let shown = self.shown.clone();
+        let (terraform, object) = {
+            let state = lock(&self.state);
+            (state.terraform.clone(), state.object.clone())
+        };
+        let context = Context {
+            shown: self.shown.clone(),
+            stores: self.stores.clone().zip(object),
+        };
         let max_lines = self.config.max_log_lines;
         let task_entry = entry.clone();
         tokio::spawn(async move {
@@ -270,7 +305,7 @@ impl RunnerService {
                 cancel: cancel_rx,
             };
             let result = match terraform {
-                Some(tf) => execute(&tf, command, &io, &shown).await,
+                Some(tf) => execute(&tf, command, &io, &context).await,
                 None => failed("the runner is not set up: call Setup first".into()),
             };
             drop(io);
@@ -333,15 +368,30 @@ fn succeeded(payload: Option<proto::run_result::Payload>) -> proto::RunResult {
     }
 }
 
-/// Runs one command. `shown` keeps the last plan's `show -json`, so that showing that plan
-/// does not run `show -json` a second time.
-async fn execute(
-    tf: &Terraform,
-    command: Command,
-    io: &Io,
-    shown: &Mutex<Option<String>>,
-) -> proto::RunResult {
+/// The stores of `context`, or the failure a store command gets without them.
+fn stores_of(context: &Context) -> Result<(&Arc<dyn Stores>, &ObjectRef), TfError> {
+    context
+        .stores
+        .as_ref()
+        .map(|(s, o)| (s, o))
+        .ok_or_else(|| TfError::Failed {
+            code: 1,
+            diagnostic: "this runner has no stores for plans and outputs (it runs outside a cluster, or Setup did not run)".into(),
+        })
+}
+
+fn store_failure(e: PortError) -> TfError {
+    TfError::Failed {
+        code: 1,
+        diagnostic: e.to_string(),
+    }
+}
+
+/// Runs one command. `context.shown` keeps the last plan's `show -json` and `show`, so that
+/// showing or storing that plan does not run them a second time.
+async fn execute(tf: &Terraform, command: Command, io: &Io, context: &Context) -> proto::RunResult {
     use proto::run_result::Payload;
+    let shown = &*context.shown;
     let outcome: Result<Option<Payload>, TfError> = async {
         Ok(match command {
             Command::Init(_) => tf.init(io).await.map(|()| None)?,
@@ -356,7 +406,7 @@ async fn execute(
                     proto::plan::Kind::Destroy => PlanKind::Destroy,
                     proto::plan::Kind::RefreshOnly => PlanKind::RefreshOnly,
                 };
-                *lock(shown) = None;
+                *lock(shown) = Shown::default();
                 let o = tf.plan(kind, &p.targets, p.parallelism, io).await?;
                 // A plan that cannot be read back is a failure, never an empty plan.
                 let path = tf.dir.join(crate::terraform::PLAN_FILE);
@@ -365,7 +415,7 @@ async fn execute(
                     diagnostic: format!("reading the saved plan {}: {e}", path.display()),
                 })?;
                 if !o.json.is_empty() {
-                    *lock(shown) = Some(o.json.clone());
+                    lock(shown).json = Some(o.json.clone());
                 }
                 Some(Payload::Plan(proto::PlanOutcome {
                     has_changes: o.has_changes,
@@ -377,14 +427,78 @@ async fn execute(
                 }))
             }
             Command::Show(_) => {
-                let cached = lock(shown).clone();
-                let json = match cached {
-                    Some(json) => json,
-                    None => tf.show_json(io).await?,
+                let (readable, json) = show(tf, io, shown).await?;
+                Some(Payload::Show(proto::ShowOutcome { readable, json }))
+            }
+            Command::SavePlan(p) => {
+                let (stores, object) = stores_of(context)?;
+                let path = tf.dir.join(crate::terraform::PLAN_FILE);
+                let binary = tokio::fs::read(&path).await.map_err(|e| TfError::Failed {
+                    code: 1,
+                    diagnostic: format!("reading the saved plan {}: {e}", path.display()),
+                })?;
+                let (readable, json) = show(tf, io, shown).await?;
+                let plan = StoredPlan {
+                    id: p.plan_id,
+                    binary,
+                    shown: ShownPlan { readable, json },
+                    is_destroy: p.is_destroy,
+                    is_drift: p.is_drift,
                 };
-                Some(Payload::Show(proto::ShowOutcome {
-                    readable: tf.show_text(io).await?,
-                    json,
+                stores
+                    .plans(object)
+                    .save(&object.key, &p.workspace, &plan)
+                    .await
+                    .map_err(store_failure)?;
+                None
+            }
+            Command::DeletePlan(p) => {
+                let (stores, object) = stores_of(context)?;
+                stores
+                    .plans(object)
+                    .delete(&object.key, &p.workspace)
+                    .await
+                    .map_err(store_failure)?;
+                None
+            }
+            Command::WriteOutputs(w) => {
+                let (stores, object) = stores_of(context)?;
+                let outputs: BTreeMap<String, OutputValue> = tf
+                    .outputs(io)
+                    .await?
+                    .into_iter()
+                    .map(|(k, (value, sensitive))| (k, OutputValue { value, sensitive }))
+                    .collect();
+                let sink = stores.outputs(object);
+                if !w.target_json.is_empty() {
+                    let target: WriteOutputsToSecret = serde_json::from_str(&w.target_json)
+                        .map_err(|e| TfError::Failed {
+                            code: 1,
+                            diagnostic: format!("writeOutputsToSecret: {e}"),
+                        })?;
+                    sink.write(&object.key, &target, &outputs)
+                        .await
+                        .map_err(store_failure)?;
+                }
+                if !w.remove.is_empty() {
+                    sink.delete(&object.key, &w.remove)
+                        .await
+                        .map_err(store_failure)?;
+                }
+                // Only what the controller asked for leaves the runner.
+                Some(Payload::Output(proto::OutputOutcome {
+                    outputs: outputs
+                        .into_iter()
+                        .map(|(k, v)| {
+                            let json = if w.reveal.contains(&k) {
+                                v.value.to_string()
+                            } else {
+                                "null".to_string()
+                            };
+                            let sensitive = v.sensitive;
+                            (k, proto::OutputValue { json, sensitive })
+                        })
+                        .collect(),
                 }))
             }
             Command::Apply(_) => tf.apply(io).await.map(|()| None)?,
@@ -431,6 +545,26 @@ async fn execute(
     }
 }
 
+/// The last plan's `show` text and `show -json`, each run once per plan.
+async fn show(tf: &Terraform, io: &Io, shown: &Mutex<Shown>) -> Result<(String, String), TfError> {
+    let cached = {
+        let s = lock(shown);
+        (s.readable.clone(), s.json.clone())
+    };
+    let json = match cached.1 {
+        Some(json) => json,
+        None => tf.show_json(io).await?,
+    };
+    let readable = match cached.0 {
+        Some(text) => text,
+        None => tf.show_text(io).await?,
+    };
+    let mut s = lock(shown);
+    s.json = Some(json.clone());
+    s.readable = Some(readable.clone());
+    Ok((readable, json))
+}
+
 type EventStream = Pin<Box<dyn Stream<Item = Result<proto::RunEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -443,7 +577,11 @@ impl Runner for RunnerService {
             .current_binary()
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
-        Ok(Response::new(proto::InfoReply { binary, version }))
+        Ok(Response::new(proto::InfoReply {
+            binary,
+            version,
+            writes_for_object: self.stores.is_some(),
+        }))
     }
 
     async fn has_archive(
@@ -604,8 +742,13 @@ impl Runner for RunnerService {
             .filter(|f| f.location == proto::file_mapping::Location::Home as i32)
             .map(|f| layout.home_dir.join(&f.path))
             .collect();
-        *lock(&self.shown) = None;
+        *lock(&self.shown) = Shown::default();
+        let object = ObjectRef {
+            key: tfops_core::api::ObjectKey::new(&r.namespace, &r.name),
+            uid: r.uid.clone(),
+        };
         let mut state = lock(&self.state);
+        state.object = Some(object);
         state.terraform = Some(tf);
         state.binary = binary;
         state.layout = Some(layout.clone());

@@ -217,3 +217,30 @@ pub async fn terraform(
         .await
         .unwrap()
 }
+
+/// The `tfops-runner` binary of this workspace (the runner Pods' image), built once per test
+/// process so that it is never a stale one (cargo does nothing when it is up to date).
+pub fn runner_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = Command::new(cargo)
+                .args([
+                    "build",
+                    "-q",
+                    "-p",
+                    "tfops-operator",
+                    "--bin",
+                    "tfops-runner",
+                ])
+                .status()
+                .unwrap();
+            assert!(status.success(), "building tfops-runner (tfops-operator)");
+            target.join("debug/tfops-runner")
+        })
+        .clone()
+}

@@ -18,6 +18,7 @@ mod vars;
 pub use meta::{ObjectKey, ObjectMeta, TerraformObject};
 pub use outputs::{
     HealthCheck, HealthCheckType, TemplateError, WriteOutputsToSecret, render_template,
+    template_references,
 };
 pub use runner::{
     Binary, EnvVar, KubeValue, PodMetadata, PodTemplate, PodTemplateSpec, RunnerSpec,

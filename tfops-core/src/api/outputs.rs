@@ -88,6 +88,25 @@ pub enum TemplateError {
     UnknownOutput(String),
 }
 
+/// The outputs `template` refers to (`{{.name}}`), in order, without repeats; a malformed
+/// reference is left for [`render_template`] to report.
+pub fn template_references(template: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else { break };
+        if let Some(name) = after[..end].trim().strip_prefix('.')
+            && !name.is_empty()
+            && !names.iter().any(|n| n == name)
+        {
+            names.push(name.to_string());
+        }
+        rest = &after[end + 2..];
+    }
+    names
+}
+
 /// Replaces every `{{.name}}` in `template` with the output `name`; strings are inserted as
 /// they are, other JSON values as JSON.
 ///
@@ -133,6 +152,15 @@ mod tests {
             ("host".to_string(), serde_json::json!("db.internal")),
             ("port".to_string(), serde_json::json!(5432)),
         ])
+    }
+
+    #[test]
+    fn references_are_listed_once_in_order() {
+        assert_eq!(
+            template_references("{{.host}}:{{ .port }}/{{.host}}{{x}}{{."),
+            ["host", "port"]
+        );
+        assert!(template_references("plain").is_empty());
     }
 
     #[test]

@@ -9,11 +9,11 @@ use std::time::Duration;
 use super::driver::{Driver, RunState};
 use super::failure::{SubStep, failure};
 use super::model::{Outcome, Step, StepFailure, StepKind};
-use crate::api::{TerraformObject, render_template, validate};
+use crate::api::{TerraformObject, render_template, template_references, validate};
 use crate::naming;
 use crate::ports::{
-    Event, EventType, PlanKind, PlanRequest, PortError, ResolvedHealthCheck, RunnerSession,
-    SetupRequest, StoredPlan,
+    Event, EventType, OutputsRequest, PlanKind, PlanRequest, PlanToStore, PortError,
+    ResolvedHealthCheck, RunnerSession, SetupRequest, StoredPlan,
 };
 
 type StepResult = Result<Outcome, StepFailure>;
@@ -38,6 +38,20 @@ fn session(
         .session
         .as_mut()
         .ok_or_else(|| failure(kind, sub, &missing("the runner")))
+}
+
+/// The outputs the object's health checks read.
+fn health_check_references(object: &TerraformObject) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for check in &object.spec.health_checks {
+        let template = check.address.as_deref().or(check.url.as_deref());
+        for name in template_references(template.unwrap_or_default()) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    names
 }
 
 impl Driver {
@@ -263,18 +277,28 @@ impl Driver {
             .await
             .map_err(fail(kind, SubStep::Plan))?;
         let store = fail(kind, SubStep::Store);
+        // A runner that writes for the object stores (and removes) its plans itself.
+        let by_runner = session.writes_for_object();
         // A plan stored under an earlier workspace is replaced, not left behind.
         if let Some(old) = &object.status.stored_plan_workspace
             && *old != spec.workspace
         {
-            self.ports.plans.delete(&key, old).await.map_err(&store)?;
+            if by_runner {
+                session.delete_plan(old).await.map_err(&store)?;
+            } else {
+                self.ports.plans.delete(&key, old).await.map_err(&store)?;
+            }
         }
         if !plan.has_changes {
-            self.ports
-                .plans
-                .delete(&key, &spec.workspace)
-                .await
-                .map_err(&store)?;
+            if by_runner {
+                session.delete_plan(&spec.workspace).await.map_err(&store)?;
+            } else {
+                self.ports
+                    .plans
+                    .delete(&key, &spec.workspace)
+                    .await
+                    .map_err(&store)?;
+            }
             return Ok(Outcome::Planned {
                 has_changes: false,
                 summary: plan.summary,
@@ -289,18 +313,28 @@ impl Driver {
             .check_policies(object, &shown.json)
             .await
             .map_err(fail(kind, SubStep::Policy))?;
-        let stored = StoredPlan {
-            id: plan_id,
-            binary: plan.plan_file,
-            shown,
-            is_destroy: plan_kind == PlanKind::Destroy,
-            is_drift: drift,
-        };
-        self.ports
-            .plans
-            .save(&key, &spec.workspace, &stored)
-            .await
-            .map_err(&store)?;
+        if by_runner {
+            let to_store = PlanToStore {
+                workspace: spec.workspace.clone(),
+                id: plan_id,
+                is_destroy: plan_kind == PlanKind::Destroy,
+                is_drift: drift,
+            };
+            session.save_plan(&to_store).await.map_err(&store)?;
+        } else {
+            let stored = StoredPlan {
+                id: plan_id,
+                binary: plan.plan_file,
+                shown,
+                is_destroy: plan_kind == PlanKind::Destroy,
+                is_drift: drift,
+            };
+            self.ports
+                .plans
+                .save(&key, &spec.workspace, &stored)
+                .await
+                .map_err(&store)?;
+        }
         Ok(Outcome::Planned {
             has_changes: true,
             summary: plan.summary,
@@ -315,6 +349,35 @@ impl Driver {
         let kind = StepKind::Outputs;
         let key = object.key();
         let session = session(state, kind, SubStep::Output)?;
+        let target = object.spec.write_outputs_to_secret.as_ref();
+        let renamed = object
+            .status
+            .outputs_secret
+            .as_ref()
+            .filter(|old| target.is_none_or(|t| t.name != **old));
+        if session.writes_for_object() {
+            // The runner writes the Secret; only what health checks need comes back.
+            let request = OutputsRequest {
+                target: target.cloned(),
+                remove: renamed.cloned(),
+                reveal: health_check_references(object),
+            };
+            let outputs = session
+                .write_outputs(&request)
+                .await
+                .map_err(fail(kind, SubStep::WriteOutputs))?;
+            let inventory = session
+                .inventory()
+                .await
+                .map_err(fail(kind, SubStep::Inventory))?;
+            let names = outputs.keys().cloned().collect();
+            state.outputs = outputs;
+            return Ok(Outcome::OutputsRead {
+                names,
+                inventory,
+                written: target.is_some(),
+            });
+        }
         let outputs = session
             .outputs()
             .await
@@ -323,7 +386,6 @@ impl Driver {
             .inventory()
             .await
             .map_err(fail(kind, SubStep::Inventory))?;
-        let target = object.spec.write_outputs_to_secret.as_ref();
         if let Some(target) = target {
             self.ports
                 .outputs
@@ -331,9 +393,7 @@ impl Driver {
                 .await
                 .map_err(fail(kind, SubStep::WriteOutputs))?;
         }
-        if let Some(old) = &object.status.outputs_secret
-            && target.is_none_or(|t| t.name != *old)
-        {
+        if let Some(old) = renamed {
             self.ports
                 .outputs
                 .delete(&key, old)

@@ -125,6 +125,9 @@ pub struct WorldState {
     pub status_writes: usize,
     /// `TerraformPolicy` objects.
     pub policies: Vec<crate::policy::TerraformPolicy>,
+    /// Runner sessions store plans and write outputs themselves, as runner Pods do (through
+    /// this world's plan store and outputs sink, with the same faults).
+    pub runner_writes: bool,
     /// The current time.
     pub now: jiff::Timestamp,
     /// How far the clock moves at each reading.

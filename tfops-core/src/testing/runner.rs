@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use super::{Call, FakeOp, FakeWorld};
 use crate::api::{InventoryEntry, ObjectKey};
 use crate::ports::{
-    OutputValue, PlanKind, PlanRequest, PlanResult, PlanSummary, PortError, RunnerSession,
-    SetupRequest, ShownPlan,
+    OutputValue, OutputsRequest, OutputsSink, PlanKind, PlanRequest, PlanResult, PlanStore,
+    PlanSummary, PlanToStore, PortError, RunnerSession, SetupRequest, ShownPlan, StoredPlan,
 };
 
 /// A runner session over a [`FakeWorld`]. The configuration is the set of resources of the
@@ -21,6 +21,8 @@ pub struct FakeSession {
     session: usize,
     desired: Option<BTreeMap<String, String>>,
     planned: Option<BTreeMap<String, String>>,
+    /// The last plan's file and rendered forms, for [`RunnerSession::save_plan`].
+    last_plan: Option<(Vec<u8>, ShownPlan)>,
 }
 
 impl FakeSession {
@@ -31,6 +33,7 @@ impl FakeSession {
             session,
             desired: None,
             planned: None,
+            last_plan: None,
         }
     }
 
@@ -158,6 +161,7 @@ impl RunnerSession for FakeSession {
         let plan_file =
             serde_json::to_vec(&target).map_err(|e| PortError::Invalid(e.to_string()))?;
         self.planned = Some(target);
+        self.last_plan = Some((plan_file.clone(), ShownPlan::default()));
         Ok(PlanResult {
             has_changes,
             summary,
@@ -198,13 +202,17 @@ impl RunnerSession for FakeSession {
             })
             .collect();
         let doc = serde_json::json!({"format_version": "1.2", "resource_changes": changes});
-        Ok(ShownPlan {
+        let shown = ShownPlan {
             readable: planned
                 .iter()
                 .map(|(k, v)| format!("{k} = {v}\n"))
                 .collect(),
             json: doc.to_string(),
-        })
+        };
+        if let Some((_, last)) = &mut self.last_plan {
+            *last = shown.clone();
+        }
+        Ok(shown)
     }
 
     async fn apply(&mut self, run_id: &str) -> Result<(), PortError> {
@@ -288,6 +296,48 @@ impl RunnerSession for FakeSession {
                 "Error: failed to unlock state: no lock held".into(),
             )),
         }
+    }
+
+    fn writes_for_object(&self) -> bool {
+        self.world.lock().runner_writes
+    }
+
+    async fn save_plan(&mut self, plan: &PlanToStore) -> Result<(), PortError> {
+        let (binary, shown) = self
+            .last_plan
+            .clone()
+            .ok_or_else(|| PortError::Terraform("Error: no saved plan to store".into()))?;
+        let stored = StoredPlan {
+            id: plan.id.clone(),
+            binary,
+            shown,
+            is_destroy: plan.is_destroy,
+            is_drift: plan.is_drift,
+        };
+        PlanStore::save(&self.world, &self.object, &plan.workspace, &stored).await
+    }
+
+    async fn delete_plan(&mut self, workspace: &str) -> Result<(), PortError> {
+        PlanStore::delete(&self.world, &self.object, workspace).await
+    }
+
+    async fn write_outputs(
+        &mut self,
+        request: &OutputsRequest,
+    ) -> Result<BTreeMap<String, OutputValue>, PortError> {
+        let mut outputs = self.outputs().await?;
+        if let Some(target) = &request.target {
+            OutputsSink::write(&self.world, &self.object, target, &outputs).await?;
+        }
+        if let Some(old) = &request.remove {
+            OutputsSink::delete(&self.world, &self.object, old).await?;
+        }
+        for (name, value) in &mut outputs {
+            if !request.reveal.contains(name) {
+                value.value = serde_json::Value::Null;
+            }
+        }
+        Ok(outputs)
     }
 
     async fn cleanup(&mut self) -> Result<(), PortError> {

@@ -98,6 +98,14 @@ pub struct Runner {
 }
 
 pub async fn start_runner(tls: ServerTls) -> Runner {
+    start_runner_with(tls, None).await
+}
+
+/// A runner writing plans and outputs with `stores`.
+pub async fn start_runner_with(
+    tls: ServerTls,
+    stores: Option<Arc<dyn tfops_runner::stores::Stores>>,
+) -> Runner {
     let dir = tempfile::tempdir().unwrap();
     let config = RunnerConfig {
         program: terraform(),
@@ -114,6 +122,10 @@ pub async fn start_runner(tls: ServerTls) -> Runner {
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let service = RunnerService::new(config);
+    let service = match stores {
+        Some(stores) => service.with_stores(stores),
+        None => service,
+    };
     tokio::spawn(async move {
         serve(listener, service, &tls, 64 << 20, async {
             let _ = stopped.await;
