@@ -16,6 +16,7 @@ pub mod objects;
 pub mod outputs;
 pub mod plans;
 pub mod resource;
+pub mod runner;
 pub mod runner_stores;
 pub mod state;
 
@@ -25,5 +26,6 @@ pub use objects::KubeObjectWriter;
 pub use outputs::KubeOutputsSink;
 pub use plans::KubePlanStore;
 pub use resource::{Terraform, crd, crd_yaml};
+pub use runner::{KubeRunnerPort, RunnerSettings};
 pub use runner_stores::KubeRunnerStores;
 pub use state::KubeStateAdmin;

@@ -226,6 +226,7 @@ impl StateAdmin for KubeStateAdmin {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -129,12 +129,12 @@ impl Kubelet {
     /// Kills every container process (the cluster is going away).
     pub(super) fn kill_all(&self) {
         for c in lock(&self.state.running).values() {
-            let pid = nix::unistd::Pid::from_raw(c.pid);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            kill_group(c.pid);
         }
     }
 
     fn signal(&self, namespace: &str, name: &str, oom: bool) -> bool {
+        // (SIGKILL goes to the whole container: see `kill_group`.)
         let Some(uid) = self.uid_of(namespace, name) else {
             return false;
         };
@@ -143,9 +143,20 @@ impl Kubelet {
             return false;
         };
         c.oom = oom;
-        let pid = nix::unistd::Pid::from_raw(c.pid);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).is_ok()
+        kill_group(c.pid)
     }
+}
+
+/// SIGKILL to every process of the container whose first process is `pid` (its process
+/// group); whether there was one to kill. SIGTERM, by contrast, goes to the first process only,
+/// as a container runtime sends it.
+fn kill_group(pid: i32) -> bool {
+    pid > 0
+        && nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .is_ok()
 }
 
 /// Pod addresses: `127.<a>.<b>.<c>` unique within this process and, by the process id in
@@ -403,6 +414,9 @@ async fn start(
                     .unwrap_or_else(|_| std::process::Stdio::null()),
             )
             .stdout(log)
+            // Its own process group stands for the container: what it starts (Terraform)
+            // dies with it, as every process of a container dies with the container.
+            .process_group(0)
             .kill_on_drop(true);
         let started_at = now();
         let mut child = match cmd.spawn() {
@@ -474,6 +488,8 @@ async fn start(
             })
         };
         let status = child.wait().await;
+        // The container's first process is gone: so is the rest of the container.
+        kill_group(pid);
         readiness.abort();
         let (oom, terminating) = lock(&state.running)
             .remove(&uid)
@@ -622,7 +638,7 @@ fn terminate(shared: &Arc<Shared>, state: &Arc<State>, pod: &Value) {
         let mut killed = false;
         while lock(&state.running).contains_key(&uid) {
             if tokio::time::Instant::now() >= deadline && !killed {
-                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                kill_group(pid.as_raw());
                 killed = true;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -1,0 +1,279 @@
+//! Runner Pods (seed 002): the [`RunnerPort`] on Kubernetes. Starting a run makes sure the
+//! namespace has a current TLS Secret, creates the `<name>-tf-runner` Pod (or reuses a kept
+//! one that is Ready and has the current certificate), waits until it is Ready within the
+//! creation timeout, and dials it by Pod IP over mutual TLS. A Pod that fails to start says
+//! why at once (image, missing Secret, quota); one that dies mid-run is reported by the
+//! session with the container's reason.
+
+pub mod pki;
+pub mod pod;
+pub mod pod_state;
+pub mod session;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::runtime::wait::await_condition;
+use tfops_core::api::TerraformObject;
+use tfops_core::naming;
+use tfops_core::ports::{PortError, RunnerPort, RunnerSession};
+use tfops_runner::client::{ClientConfig, RunnerClient, Session};
+
+use crate::error::{is_not_found, port_error};
+use pki::ControllerPki;
+use pod::{ANNOTATION_TLS_VERSION, GRPC_PORT, PodSettings, runner_pod};
+use pod_state::{death, is_ready, pod_ip, summary};
+use session::{PodSession, PodWatch};
+
+/// How runner Pods are made and reached.
+#[derive(Debug, Clone)]
+pub struct RunnerSettings {
+    /// Image and forwarded environment.
+    pub pod: PodSettings,
+    /// How long a new Pod may take to become Ready (`--runner-creation-timeout`).
+    pub creation_timeout: Duration,
+    /// The gRPC client's settings.
+    pub client: ClientConfig,
+}
+
+impl RunnerSettings {
+    /// Settings with `image` and the defaults (two minutes to become Ready).
+    pub fn new(image: &str) -> Self {
+        Self {
+            pod: PodSettings::from_env(image),
+            creation_timeout: Duration::from_secs(120),
+            client: ClientConfig::default(),
+        }
+    }
+}
+
+/// Runner Pods in the objects' namespaces.
+#[derive(Clone)]
+pub struct KubeRunnerPort {
+    client: kube::Client,
+    pki: Arc<ControllerPki>,
+    settings: RunnerSettings,
+}
+
+impl std::fmt::Debug for KubeRunnerPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeRunnerPort")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why creating the Pod was refused, in the reason's terms: a quota is
+/// [`PortError::QuotaExhausted`]; a missing ServiceAccount (the admission plugin's 403)
+/// [`PortError::NotFound`].
+fn creation_error(doing: &str, e: kube::Error) -> PortError {
+    if let kube::Error::Api(s) = &e
+        && s.code == 403
+        && s.message.contains("service account")
+    {
+        return PortError::NotFound(format!("{doing}: {}", s.message));
+    }
+    port_error(doing, e)
+}
+
+impl KubeRunnerPort {
+    /// Runner Pods made with `client`, certificates from `pki`.
+    pub fn new(client: kube::Client, pki: Arc<ControllerPki>, settings: RunnerSettings) -> Self {
+        Self {
+            client,
+            pki,
+            settings,
+        }
+    }
+
+    fn pods(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Waits until `name` is gone (a Pod being deleted still holds its name).
+    async fn wait_gone(&self, pods: &Api<Pod>, name: &str) -> Result<(), PortError> {
+        let gone = await_condition(pods.clone(), name, |p: Option<&Pod>| p.is_none());
+        match tokio::time::timeout(self.settings.creation_timeout, gone).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(PortError::Unavailable(format!(
+                "waiting for the old runner Pod {name} to go: {e}"
+            ))),
+            Err(_) => Err(PortError::Unavailable(format!(
+                "the old runner Pod {name} was still terminating after {} s",
+                self.settings.creation_timeout.as_secs()
+            ))),
+        }
+    }
+
+    /// Waits until the Pod is Ready, or fails at once when it cannot become so.
+    async fn wait_ready(
+        &self,
+        pods: &Api<Pod>,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Pod, PortError> {
+        let settled = await_condition(pods.clone(), name, |p: Option<&Pod>| {
+            p.is_none_or(|p| is_ready(p) || death(p).is_some())
+        });
+        let timeout = self.settings.creation_timeout;
+        let found = match tokio::time::timeout(timeout, settled).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                return Err(PortError::Unavailable(format!(
+                    "waiting for runner Pod {namespace}/{name}: {e}"
+                )));
+            }
+            Err(_) => {
+                let now = pods.get_opt(name).await.ok().flatten();
+                return Err(PortError::Unavailable(format!(
+                    "runner Pod {namespace}/{name} did not become Ready within {} s ({})",
+                    timeout.as_secs(),
+                    now.as_ref().map_or_else(|| "gone".into(), summary)
+                )));
+            }
+        };
+        let Some(pod) = found else {
+            return Err(PortError::Unavailable(format!(
+                "runner Pod {namespace}/{name} was deleted while starting"
+            )));
+        };
+        if let Some(why) = death(&pod) {
+            return Err(PortError::Unavailable(format!(
+                "runner Pod {namespace}/{name} cannot run: {why}"
+            )));
+        }
+        Ok(pod)
+    }
+
+    /// Dials the Ready Pod and opens a session on it.
+    async fn connect(
+        &self,
+        object: &TerraformObject,
+        pod: &Pod,
+        delete_after: bool,
+    ) -> Result<Box<dyn RunnerSession>, PortError> {
+        let namespace = &object.metadata.namespace;
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let ip = pod_ip(pod).ok_or_else(|| {
+            PortError::Unavailable(format!("runner Pod {namespace}/{name} has no IP yet"))
+        })?;
+        let tls = self.pki.client_tls(namespace).await?;
+        let endpoint = format!("https://{ip}:{GRPC_PORT}");
+        let client = RunnerClient::connect_with(&endpoint, &tls, self.settings.client.clone())
+            .await
+            .map_err(|e| {
+                PortError::Unavailable(format!(
+                    "connecting to runner Pod {namespace}/{name} at {endpoint}: {e}"
+                ))
+            })?;
+        // Run ids unique to this session: a kept Pod remembers the runs of earlier ones.
+        let prefix = format!(
+            "{}-{}",
+            naming::shorten(&object.metadata.name, 40),
+            jiff::Timestamp::now().as_millisecond()
+        );
+        let session = Session::start(client, &prefix)
+            .await
+            .map_err(|e| PortError::Unavailable(e.to_string()))?
+            .named(&name);
+        let watch = PodWatch::new(
+            self.pods(namespace),
+            namespace,
+            &name,
+            pod.metadata.uid.as_deref().unwrap_or_default(),
+        );
+        Ok(Box::new(PodSession::new(session, watch, delete_after)))
+    }
+}
+
+#[async_trait]
+impl RunnerPort for KubeRunnerPort {
+    async fn start(&self, object: &TerraformObject) -> Result<Box<dyn RunnerSession>, PortError> {
+        let namespace = &object.metadata.namespace;
+        let name = naming::runner_pod_name(&object.metadata.name);
+        let version = self.pki.ensure_runner_secret(namespace).await?;
+        let pods = self.pods(namespace);
+        let keep = !object.spec.runner.always_cleanup;
+        let doing = format!("creating runner Pod {namespace}/{name}");
+        if let Some(existing) = pods
+            .get_opt(&name)
+            .await
+            .map_err(|e| port_error(&format!("reading runner Pod {namespace}/{name}"), e))?
+        {
+            let current = existing
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_TLS_VERSION))
+                == Some(&version);
+            if keep && current && is_ready(&existing) && death(&existing).is_none() {
+                return self.connect(object, &existing, false).await;
+            }
+            // Left over, exited, or holding a rotated certificate: replaced.
+            let uid = existing.metadata.uid.clone().unwrap_or_default();
+            PodWatch::new(pods.clone(), namespace, &name, &uid)
+                .delete()
+                .await?;
+            self.wait_gone(&pods, &name).await?;
+        }
+        let pod = runner_pod(object, &self.settings.pod, &version)
+            .map_err(|e| PortError::Invalid(format!("spec.runner.podTemplate: {e}")))?;
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .map_err(|e| creation_error(&doing, e))?;
+        let ready = self.wait_ready(&pods, namespace, &name).await;
+        let ready = match ready {
+            Ok(p) => p,
+            Err(e) => {
+                // A Pod that will not serve is not left behind.
+                if let Ok(Some(p)) = pods.get_opt(&name).await {
+                    let uid = p.metadata.uid.unwrap_or_default();
+                    let _ = PodWatch::new(pods.clone(), namespace, &name, &uid)
+                        .delete()
+                        .await;
+                }
+                return Err(e);
+            }
+        };
+        self.connect(object, &ready, !keep).await
+    }
+
+    async fn attach(
+        &self,
+        object: &TerraformObject,
+        runner: &str,
+    ) -> Result<Box<dyn RunnerSession>, PortError> {
+        let namespace = &object.metadata.namespace;
+        let pods = self.pods(namespace);
+        let pod = match pods.get(runner).await {
+            Ok(p) => p,
+            Err(e) if is_not_found(&e) => {
+                return Err(PortError::NotFound(format!(
+                    "runner Pod {namespace}/{runner} is gone"
+                )));
+            }
+            Err(e) => {
+                return Err(port_error(
+                    &format!("reading runner Pod {namespace}/{runner}"),
+                    e,
+                ));
+            }
+        };
+        if let Some(why) = death(&pod) {
+            return Err(PortError::NotFound(format!(
+                "runner Pod {namespace}/{runner} {why}"
+            )));
+        }
+        if !is_ready(&pod) {
+            return Err(PortError::Unavailable(format!(
+                "runner Pod {namespace}/{runner} is not Ready ({})",
+                summary(&pod)
+            )));
+        }
+        self.connect(object, &pod, object.spec.runner.always_cleanup)
+            .await
+    }
+}

@@ -1,0 +1,157 @@
+//! Reading a runner Pod's status: whether it is Ready, and whether (and how) it died, in the
+//! words a user needs (reason, exit code, the container's message).
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// Container waiting reasons that do not go away by waiting (the Pod will not start).
+const STUCK: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "CrashLoopBackOff",
+    "RunContainerError",
+];
+
+/// Whether the Pod is Ready.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The Pod's address, once it has one.
+pub fn pod_ip(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .filter(|ip| !ip.is_empty())
+}
+
+/// Why the Pod's runner is gone or will never serve, if it is: deleted, its container
+/// terminated (reason, exit code, message), failed, or stuck waiting.
+pub fn death(pod: &Pod) -> Option<String> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Some("was deleted".into());
+    }
+    let status = pod.status.as_ref()?;
+    let container = status
+        .container_statuses
+        .as_ref()
+        .and_then(|cs| cs.first())
+        .and_then(|c| c.state.as_ref());
+    if let Some(t) = container.and_then(|s| s.terminated.as_ref()) {
+        let reason = t.reason.clone().unwrap_or_else(|| "Terminated".into());
+        let mut text = format!("{reason} (exit code {})", t.exit_code);
+        if let Some(m) = t
+            .message
+            .as_deref()
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+        {
+            text.push_str(": ");
+            text.push_str(&tail(m, 600));
+        }
+        return Some(text);
+    }
+    if let Some(w) = container.and_then(|s| s.waiting.as_ref())
+        && let Some(reason) = w.reason.as_deref().filter(|r| STUCK.contains(r))
+    {
+        let message = w.message.clone().unwrap_or_default();
+        return Some(
+            format!("{reason}: {message}")
+                .trim_end_matches(": ")
+                .to_string(),
+        );
+    }
+    match status.phase.as_deref() {
+        Some(phase @ ("Failed" | "Succeeded")) => Some(format!(
+            "phase {phase}{}",
+            status
+                .message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        )),
+        _ => None,
+    }
+}
+
+/// The Pod's state in a few words, for a timeout message.
+pub fn summary(pod: &Pod) -> String {
+    let status = pod.status.clone().unwrap_or_default();
+    let mut text = format!("phase {}", status.phase.unwrap_or_else(|| "Pending".into()));
+    let waiting = status
+        .container_statuses
+        .as_ref()
+        .and_then(|cs| cs.first())
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.reason.clone());
+    if let Some(w) = waiting {
+        text.push_str(&format!(", container waiting: {w}"));
+    }
+    if !is_ready(pod) {
+        text.push_str(", not Ready");
+    }
+    text
+}
+
+/// The last `max` bytes of `text` (on a character boundary): the end of a log says most.
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("...{}", &text[start..])
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "status": status}))
+            .unwrap()
+    }
+
+    #[test]
+    fn terminations_and_stuck_containers_are_described() {
+        let oom = pod(
+            serde_json::json!({"phase": "Failed", "containerStatuses": [{
+            "name": "tf-runner", "ready": false, "restartCount": 0, "image": "i", "imageID": "",
+            "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "message": "killed"}}}]}),
+        );
+        assert_eq!(
+            death(&oom).as_deref(),
+            Some("OOMKilled (exit code 137): killed")
+        );
+        let stuck = pod(
+            serde_json::json!({"phase": "Pending", "containerStatuses": [{
+            "name": "tf-runner", "ready": false, "restartCount": 0, "image": "i", "imageID": "",
+            "state": {"waiting": {"reason": "ErrImagePull", "message": "no such image"}}}]}),
+        );
+        assert_eq!(
+            death(&stuck).as_deref(),
+            Some("ErrImagePull: no such image")
+        );
+        let starting = pod(
+            serde_json::json!({"phase": "Pending", "containerStatuses": [{
+            "name": "tf-runner", "ready": false, "restartCount": 0, "image": "i", "imageID": "",
+            "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
+        );
+        assert_eq!(death(&starting), None);
+        assert!(summary(&starting).contains("ContainerCreating"));
+        let ready = pod(serde_json::json!({"phase": "Running", "podIP": "10.0.0.1",
+            "conditions": [{"type": "Ready", "status": "True"}]}));
+        assert!(is_ready(&ready) && death(&ready).is_none());
+        assert_eq!(pod_ip(&ready).as_deref(), Some("10.0.0.1"));
+        assert!(tail(&"é".repeat(1000), 11).starts_with("..."));
+    }
+}

@@ -1,0 +1,219 @@
+//! A runner session on a runner Pod: the gRPC session, with every command raced against the
+//! Pod's death (so a runner that dies is reported at once, with the container's reason and
+//! message, instead of after the client's re-attach attempts or never), and cleanup that
+//! deletes the Pod unless the object keeps it.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Preconditions};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+use tfops_core::api::InventoryEntry;
+use tfops_core::ports::{
+    OutputValue, OutputsRequest, PlanRequest, PlanResult, PlanToStore, PortError, RunnerSession,
+    SetupRequest, ShownPlan,
+};
+use tfops_runner::client::Session;
+
+use super::pod_state::death;
+use crate::error::{is_not_found, port_error};
+
+/// Watches one runner Pod (by name and uid).
+#[derive(Clone)]
+pub struct PodWatch {
+    pods: Api<Pod>,
+    namespace: String,
+    name: String,
+    uid: String,
+}
+
+impl PodWatch {
+    /// Watches the Pod `name` of `pods` with `uid`.
+    pub fn new(pods: Api<Pod>, namespace: &str, name: &str, uid: &str) -> Self {
+        Self {
+            pods,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid: uid.to_string(),
+        }
+    }
+
+    fn died_because(&self, why: &str) -> PortError {
+        PortError::Unavailable(format!("runner Pod {}/{} {why}", self.namespace, self.name))
+    }
+
+    /// Whether the Pod is gone or dead now, and why.
+    pub async fn dead_now(&self) -> Option<PortError> {
+        match self.pods.get_opt(&self.name).await {
+            Ok(None) => Some(self.died_because("is gone")),
+            Ok(Some(p)) if p.metadata.uid.as_deref() != Some(self.uid.as_str()) => {
+                Some(self.died_because("was replaced by another Pod"))
+            }
+            Ok(Some(p)) => death(&p).map(|d| self.died_because(&format!("died: {d}"))),
+            Err(_) => None,
+        }
+    }
+
+    /// Resolves when the Pod dies, is deleted or replaced, with why.
+    pub async fn died(&self) -> PortError {
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
+        let mut events = watcher(self.pods.clone(), config).default_backoff().boxed();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                    if p.metadata.uid.as_deref() != Some(self.uid.as_str()) {
+                        return self.died_because("was replaced by another Pod");
+                    }
+                    if let Some(d) = death(&p) {
+                        return self.died_because(&format!("died: {d}"));
+                    }
+                }
+                Ok(watcher::Event::Delete(_)) => return self.died_because("was deleted"),
+                Ok(watcher::Event::Init | watcher::Event::InitDone) | Err(_) => {}
+            }
+        }
+        self.died_because("could no longer be watched")
+    }
+
+    /// `command`, unless the Pod dies first; a command that fails while the Pod is dead
+    /// reports the death (the more useful of the two messages).
+    pub async fn guard<T>(
+        &self,
+        command: impl Future<Output = Result<T, PortError>>,
+    ) -> Result<T, PortError> {
+        let result = tokio::select! {
+            biased;
+            r = command => r,
+            d = self.died() => return Err(d),
+        };
+        match result {
+            Err(e) => Err(self.dead_now().await.unwrap_or(e)),
+            ok => ok,
+        }
+    }
+
+    /// Deletes the Pod (only this one: a precondition on its uid).
+    ///
+    /// # Errors
+    /// The API's error, but for "already gone".
+    pub async fn delete(&self) -> Result<(), PortError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(self.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.pods.delete(&self.name, &params).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            // A 409: the uid differs, so the Pod we ran in is gone already.
+            Err(e) if crate::error::is_conflict(&e) => Ok(()),
+            Err(e) => Err(port_error(
+                &format!("deleting runner Pod {}/{}", self.namespace, self.name),
+                e,
+            )),
+        }
+    }
+}
+
+/// The session of one run on a runner Pod.
+pub struct PodSession {
+    inner: Session,
+    pod: PodWatch,
+    delete_after: bool,
+}
+
+impl PodSession {
+    /// `inner` on the Pod `pod` watches; `delete_after`: delete the Pod at cleanup.
+    pub fn new(inner: Session, pod: PodWatch, delete_after: bool) -> Self {
+        Self {
+            inner,
+            pod,
+            delete_after,
+        }
+    }
+}
+
+#[async_trait]
+impl RunnerSession for PodSession {
+    fn binary(&self) -> String {
+        self.inner.binary()
+    }
+
+    fn runner(&self) -> String {
+        self.inner.runner()
+    }
+
+    async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {
+        self.pod.guard(self.inner.setup(request)).await
+    }
+
+    async fn init(&mut self) -> Result<(), PortError> {
+        self.pod.guard(self.inner.init()).await
+    }
+
+    async fn select_workspace(&mut self, workspace: &str) -> Result<(), PortError> {
+        self.pod.guard(self.inner.select_workspace(workspace)).await
+    }
+
+    async fn plan(&mut self, request: &PlanRequest) -> Result<PlanResult, PortError> {
+        self.pod.guard(self.inner.plan(request)).await
+    }
+
+    async fn show(&mut self) -> Result<ShownPlan, PortError> {
+        self.pod.guard(self.inner.show()).await
+    }
+
+    async fn apply(&mut self, run_id: &str) -> Result<(), PortError> {
+        self.pod.guard(self.inner.apply(run_id)).await
+    }
+
+    async fn attach(&mut self, run_id: &str) -> Result<(), PortError> {
+        self.pod.guard(self.inner.attach(run_id)).await
+    }
+
+    async fn outputs(&mut self) -> Result<BTreeMap<String, OutputValue>, PortError> {
+        self.pod.guard(self.inner.outputs()).await
+    }
+
+    async fn inventory(&mut self) -> Result<Vec<InventoryEntry>, PortError> {
+        self.pod.guard(self.inner.inventory()).await
+    }
+
+    async fn force_unlock(&mut self, lock_id: &str) -> Result<(), PortError> {
+        self.pod.guard(self.inner.force_unlock(lock_id)).await
+    }
+
+    async fn cleanup(&mut self) -> Result<(), PortError> {
+        let cleaned = self.pod.guard(self.inner.cleanup()).await;
+        if self.delete_after {
+            // The working directory dies with the Pod whatever the runner answered.
+            return self.pod.delete().await;
+        }
+        cleaned
+    }
+
+    fn writes_for_object(&self) -> bool {
+        self.inner.writes_for_object()
+    }
+
+    async fn save_plan(&mut self, plan: &PlanToStore) -> Result<(), PortError> {
+        self.pod.guard(self.inner.save_plan(plan)).await
+    }
+
+    async fn delete_plan(&mut self, workspace: &str) -> Result<(), PortError> {
+        self.pod.guard(self.inner.delete_plan(workspace)).await
+    }
+
+    async fn write_outputs(
+        &mut self,
+        request: &OutputsRequest,
+    ) -> Result<BTreeMap<String, OutputValue>, PortError> {
+        self.pod.guard(self.inner.write_outputs(request)).await
+    }
+}
