@@ -244,3 +244,69 @@ pub fn runner_binary() -> PathBuf {
         })
         .clone()
 }
+
+/// The RBAC of a runner's ServiceAccount in its namespace, as tfops documents it: the state
+/// backend's Secrets and Leases, and the plan and outputs objects the runner writes itself
+/// (server-side apply is `patch`).
+pub async fn grant_runner(client: &kube::Client, namespace: &str, account: &str) {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let pp = PostParams::default();
+    Api::<Role>::namespaced(client.clone(), namespace)
+        .create(
+            &pp,
+            &from_json(json!({
+                "metadata": {"name": "tf-runner"},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["secrets", "configmaps"],
+                     "verbs": ["get", "list", "create", "update", "patch", "delete"]},
+                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                     "verbs": ["get", "create", "update", "delete"]},
+                ],
+            })),
+        )
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .create(
+            &pp,
+            &from_json(json!({
+                "metadata": {"name": "tf-runner"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tf-runner"},
+                "subjects": [{"kind": "ServiceAccount", "name": account}],
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+/// A loopback cluster whose kubelet runs the runner image as this workspace's
+/// `tfops-runner`, with Terraform (`TFOPS_TERRAFORM`) on hand; its Pod directories live in the
+/// returned directory.
+pub async fn cluster_with_kubelet() -> (LoopbackCluster, tempfile::TempDir) {
+    use tests::cluster::Options;
+    use tests::cluster::kubelet::KubeletConfig;
+    let root = tempfile::tempdir().unwrap();
+    let terraform =
+        std::env::var("TFOPS_TERRAFORM").unwrap_or_else(|_| "/usr/local/bin/terraform".into());
+    let base_env = [
+        (
+            "PATH".to_string(),
+            std::env::var("PATH").unwrap_or_default(),
+        ),
+        ("TFOPS_TERRAFORM".to_string(), terraform),
+    ]
+    .into();
+    let cluster = LoopbackCluster::start_with(Options {
+        kubelet: Some(KubeletConfig {
+            images: [(RUNNER_IMAGE.to_string(), runner_binary())].into(),
+            root: root.path().to_path_buf(),
+            base_env,
+        }),
+    })
+    .await
+    .unwrap();
+    (cluster, root)
+}
+
+/// The runner image the loopback kubelet knows.
+pub const RUNNER_IMAGE: &str = "ghcr.io/tfops/tfops-runner";

@@ -1,0 +1,355 @@
+//! Runner Pods through tfops-kube's runner port, on the loopback cluster with its kubelet, the
+//! real runner and Terraform: a whole run in a Pod shaped by seed 002, plans and outputs
+//! written by the runner as its ServiceAccount, the Pod gone afterwards; a kept Pod reused
+//! and replaced once the certificate changes; and every way a Pod fails ending in its reason
+//! within a bounded time: never Ready, an image that cannot run, no ServiceAccount, a quota,
+//! OOM-killed mid-apply.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota, Secret, ServiceAccount};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::wait::await_condition;
+use serde_json::json;
+use tests::cluster::LoopbackCluster;
+use tfops_core::api::TerraformObject;
+use tfops_core::ports::{
+    Artifact, OutputsRequest, PlanKind, PlanRequest, PlanToStore, PortError, RunnerPort,
+    SetupRequest,
+};
+use tfops_kube::runner::pki::{ControllerPki, Validity};
+use tfops_kube::{KubeRunnerPort, RunnerSettings};
+
+struct World {
+    cluster: LoopbackCluster,
+    client: kube::Client,
+    pki: Arc<ControllerPki>,
+    _root: tempfile::TempDir,
+}
+
+async fn world() -> World {
+    let (cluster, root) = support::cluster_with_kubelet().await;
+    let client = support::client(&cluster).await;
+    support::terraform_crd_served(&client).await;
+    support::namespace(&client, "tfops-system").await;
+    support::namespace(&client, "team-a").await;
+    Api::<ServiceAccount>::namespaced(client.clone(), "team-a")
+        .create(
+            &PostParams::default(),
+            &support::from_json(json!({"metadata": {"name": "tf-runner"}})),
+        )
+        .await
+        .unwrap();
+    support::grant_runner(&client, "team-a", "tf-runner").await;
+    let pki = ControllerPki::load_or_create(
+        client.clone(),
+        "tfops-system",
+        "tfops-ca",
+        Validity::default(),
+    )
+    .await
+    .unwrap();
+    World {
+        cluster,
+        client,
+        pki: Arc::new(pki),
+        _root: root,
+    }
+}
+
+fn port(w: &World, timeout: Duration) -> KubeRunnerPort {
+    let mut settings = RunnerSettings::new(&format!("{}:dev", support::RUNNER_IMAGE));
+    settings.creation_timeout = timeout;
+    KubeRunnerPort::new(w.client.clone(), w.pki.clone(), settings)
+}
+
+async fn object(w: &World, name: &str, spec: serde_json::Value) -> TerraformObject {
+    support::terraform(&w.client, "team-a", name, spec)
+        .await
+        .to_object()
+}
+
+const CONFIG: &str = r#"
+variable "greeting" {
+  type = string
+}
+resource "terraform_data" "x" {
+  input = var.greeting
+}
+output "greeting" {
+  value = terraform_data.x.output
+}
+output "token" {
+  value     = "s3cr3t"
+  sensitive = true
+}
+"#;
+
+fn setup(object: &TerraformObject, config: &str) -> SetupRequest {
+    let tree = tempfile::tempdir().unwrap();
+    std::fs::write(tree.path().join("main.tf"), config).unwrap();
+    let mut data = Vec::new();
+    let summary = tfops_core::source::build_archive(tree.path(), None, &mut data).unwrap();
+    SetupRequest {
+        object: object.clone(),
+        artifact: Artifact {
+            sha256: summary.sha256,
+            data: Arc::new(data),
+        },
+        inputs: tfops_core::ports::ResolvedInputs {
+            vars: [("greeting".to_string(), json!("hello"))].into(),
+            ..Default::default()
+        },
+    }
+}
+
+fn normal() -> PlanRequest {
+    PlanRequest {
+        kind: PlanKind::Normal,
+        targets: vec![],
+        parallelism: 0,
+    }
+}
+
+async fn gone(pods: &Api<Pod>, name: &str) {
+    let cond = await_condition(pods.clone(), name, |p: Option<&Pod>| p.is_none());
+    tokio::time::timeout(Duration::from_secs(30), cond)
+        .await
+        .expect("the runner Pod goes")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_run_in_a_runner_pod_that_writes_plans_and_outputs_itself() {
+    let w = world().await;
+    let port = port(&w, Duration::from_secs(60));
+    let object = object(
+        &w,
+        "vpc",
+        json!({"runner": {"podTemplate": {"metadata": {"labels": {"team": "a"}}}}}),
+    )
+    .await;
+    let mut s = port.start(&object).await.unwrap();
+    assert_eq!(s.runner(), "vpc-tf-runner");
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), "team-a");
+    let pod = pods.get("vpc-tf-runner").await.unwrap();
+    let labels = pod.metadata.labels.clone().unwrap();
+    assert_eq!(labels["app.kubernetes.io/name"], "tf-runner");
+    assert_eq!(labels["team"], "a");
+    assert_eq!(pod.metadata.owner_references.unwrap()[0].name, "vpc");
+
+    s.setup(&setup(&object, CONFIG)).await.unwrap();
+    s.init().await.unwrap();
+    assert!(s.writes_for_object(), "a runner Pod writes for its object");
+    s.select_workspace("default").await.unwrap();
+    assert!(s.plan(&normal()).await.unwrap().has_changes);
+    let shown = s.show().await.unwrap();
+    s.save_plan(&PlanToStore {
+        workspace: "default".into(),
+        id: "plan-main-abc".into(),
+        is_destroy: false,
+        is_drift: false,
+    })
+    .await
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(w.client.clone(), "team-a");
+    let plan = secrets.get("tfplan-default-vpc").await.unwrap();
+    assert_eq!(
+        plan.metadata.owner_references.unwrap()[0].uid,
+        object.metadata.uid
+    );
+    let readable = Api::<ConfigMap>::namespaced(w.client.clone(), "team-a")
+        .get("tfplan-default-vpc-readable")
+        .await
+        .unwrap();
+    assert_eq!(readable.data.unwrap()["plan.txt"], shown.readable);
+
+    s.apply("apply-1").await.unwrap();
+    assert!(
+        secrets
+            .get_opt("tfstate-default-vpc")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let target = support::from_json(json!({"name": "vpc-outputs"}));
+    let outputs = s
+        .write_outputs(&OutputsRequest {
+            target: Some(target),
+            remove: None,
+            reveal: vec![],
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        outputs["greeting"].value,
+        serde_json::Value::Null,
+        "values stay in the runner"
+    );
+    let written = secrets.get("vpc-outputs").await.unwrap();
+    assert_eq!(written.data.unwrap()["greeting"].0, b"hello");
+    s.cleanup().await.unwrap();
+    gone(&pods, "vpc-tf-runner").await;
+    // Every write in the namespace was allowed to the runner's identity.
+    let refused: Vec<_> = w
+        .cluster
+        .audit()
+        .into_iter()
+        .filter(|a| a.code == 403)
+        .collect();
+    assert!(refused.is_empty(), "{refused:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_pod_is_reused_until_its_certificate_changes() {
+    let w = world().await;
+    let port = port(&w, Duration::from_secs(60));
+    let object = object(&w, "kept", json!({"runner": {"alwaysCleanup": false}})).await;
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), "team-a");
+    let mut first = port.start(&object).await.unwrap();
+    first.cleanup().await.unwrap();
+    let uid = pods.get("kept-tf-runner").await.unwrap().metadata.uid;
+    let mut second = port.start(&object).await.unwrap();
+    assert_eq!(
+        pods.get("kept-tf-runner").await.unwrap().metadata.uid,
+        uid,
+        "reused"
+    );
+    second.cleanup().await.unwrap();
+    // A new certificate (the Secret was removed, so a new one is issued): a fresh Pod.
+    Api::<Secret>::namespaced(w.client.clone(), "team-a")
+        .delete("terraform-runner.tls", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut third = port.start(&object).await.unwrap();
+    let now = pods.get("kept-tf-runner").await.unwrap();
+    assert_ne!(
+        now.metadata.uid, uid,
+        "replaced after the certificate changed"
+    );
+    third.cleanup().await.unwrap();
+}
+
+async fn start_error(port: &KubeRunnerPort, object: &TerraformObject) -> PortError {
+    let started = tokio::time::timeout(Duration::from_secs(60), port.start(object))
+        .await
+        .expect("start ends in bounded time");
+    match started {
+        Err(e) => e,
+        Ok(_) => panic!("the runner started"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_that_cannot_serve_fail_with_their_reason_and_are_not_left_behind() {
+    let w = world().await;
+    let kubelet = w.cluster.kubelet().unwrap().clone();
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), "team-a");
+
+    // Never Ready: the creation timeout, with what the Pod was doing.
+    let quick = port(&w, Duration::from_secs(3));
+    let stuck = object(&w, "stuck", json!({})).await;
+    kubelet.inject(
+        "team-a",
+        "stuck-tf-runner",
+        tests::cluster::kubelet::Fault::NeverReady,
+    );
+    match start_error(&quick, &stuck).await {
+        PortError::Unavailable(m) => assert!(m.contains("did not become Ready within 3 s"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    gone(&pods, "stuck-tf-runner").await;
+
+    // An image the node cannot run: at once, with the kubelet's reason.
+    let port = port(&w, Duration::from_secs(60));
+    let bad = object(
+        &w,
+        "bad",
+        json!({"runner": {"image": "registry.example.com/nothing:1"}}),
+    )
+    .await;
+    match start_error(&port, &bad).await {
+        PortError::Unavailable(m) => assert!(m.contains("ErrImagePull"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    gone(&pods, "bad-tf-runner").await;
+
+    // No such ServiceAccount: the admission plugin refuses the Pod.
+    let nosa = object(
+        &w,
+        "nosa",
+        json!({"runner": {"serviceAccountName": "missing"}}),
+    )
+    .await;
+    match start_error(&port, &nosa).await {
+        PortError::NotFound(m) => assert!(m.contains("missing"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+
+    // A quota with no room for another Pod.
+    Api::<ResourceQuota>::namespaced(w.client.clone(), "team-a")
+        .create(
+            &PostParams::default(),
+            &support::from_json(
+                json!({"metadata": {"name": "pods"}, "spec": {"hard": {"pods": "0"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let over = object(&w, "over", json!({})).await;
+    match start_error(&port, &over).await {
+        PortError::QuotaExhausted(m) => assert!(m.contains("exceeded quota"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_oom_killed_mid_apply_is_reported_at_once_with_its_reason() {
+    let w = world().await;
+    let kubelet = w.cluster.kubelet().unwrap().clone();
+    let port = port(&w, Duration::from_secs(60));
+    let object = object(&w, "slow", json!({})).await;
+    let slow = format!(
+        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep 120\"\n  }}\n}}\n"
+    );
+    let mut s = port.start(&object).await.unwrap();
+    s.setup(&setup(&object, &slow)).await.unwrap();
+    s.init().await.unwrap();
+    s.plan(&normal()).await.unwrap();
+    let killer = {
+        let (kubelet, client) = (kubelet.clone(), w.client.clone());
+        tokio::spawn(async move {
+            // Once the apply holds the state lock, the container is OOM-killed.
+            let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+                Api::namespaced(client, "team-a");
+            loop {
+                if let Ok(Some(_)) = leases.get_opt("lock-tfstate-default-slow").await {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(kubelet.oom_kill("team-a", "slow-tf-runner"));
+        })
+    };
+    let applied = tokio::time::timeout(Duration::from_secs(60), s.apply("apply-1"))
+        .await
+        .expect("a dead runner is noticed, not waited on");
+    killer.await.unwrap();
+    match applied {
+        Err(PortError::Unavailable(m)) => {
+            assert!(
+                m.contains("runner Pod team-a/slow-tf-runner died: OOMKilled (exit code 137)"),
+                "{m}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // Its Terraform died with it: nothing is applying any more.
+    s.cleanup().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), "team-a");
+    gone(&pods, "slow-tf-runner").await;
+}
