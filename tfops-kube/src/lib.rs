@@ -8,6 +8,7 @@
 //! `dependsOn`, Argo CD repository-credential lookup, and the `Controller` built with
 //! `kube::runtime`.
 
+pub mod credentials;
 pub mod error;
 pub mod events;
 pub mod inputs;
@@ -20,6 +21,7 @@ pub mod runner;
 pub mod runner_stores;
 pub mod state;
 
+pub use credentials::KubeCredentials;
 pub use events::KubeEventSink;
 pub use inputs::KubeInputs;
 pub use objects::KubeObjectWriter;

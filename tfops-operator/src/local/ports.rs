@@ -2,7 +2,7 @@
 //! ConfigMap manifests, plans, outputs, status and state in the state directory.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -16,12 +16,24 @@ use tfops_core::ports::{
     StateAdmin, StoredPlan,
 };
 
-use tfops_core::source::refs::ResolvedRef;
-
 use super::output::Printer;
 use super::store::{Persisted, StateDir, remove, write_atomic};
-use crate::sources::git::{GitCredentials, GitError, GitSource};
-use crate::sources::oci::{self, OciError, OciSource};
+use crate::sources::port::{archive, is_git};
+use crate::sources::{CredentialSource, RemoteSources};
+
+/// Credentials from the manifests' Secrets.
+struct ManifestCredentials(Arc<BTreeMap<(String, String), BTreeMap<String, Vec<u8>>>>);
+
+#[async_trait]
+impl CredentialSource for ManifestCredentials {
+    async fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, Vec<u8>>>, PortError> {
+        Ok(self.0.get(&(namespace.to_string(), name.to_string())).cloned())
+    }
+}
 
 /// Local mode's world: the state directory, the manifests' data, and what is in flight.
 pub struct LocalWorld {
@@ -36,8 +48,7 @@ pub struct LocalWorld {
     /// What is kept of each object.
     pub objects: Mutex<BTreeMap<ObjectKey, Persisted>>,
     artifacts: Mutex<BTreeMap<String, Artifact>>,
-    git: Arc<GitSource>,
-    resolved: Mutex<BTreeMap<(String, String), ResolvedRef>>,
+    remote: RemoteSources,
     printer: Printer,
 }
 
@@ -57,14 +68,14 @@ impl LocalWorld {
         data: BTreeMap<(String, String), BTreeMap<String, Vec<u8>>>,
         printer: Printer,
     ) -> Self {
+        let credentials = Arc::new(ManifestCredentials(Arc::new(data.clone())));
         Self {
             data,
             bases: BTreeMap::new(),
             policies: Vec::new(),
             objects: Mutex::new(BTreeMap::new()),
             artifacts: Mutex::new(BTreeMap::new()),
-            git: Arc::new(GitSource::new(&dir.root().join("cache/git"))),
-            resolved: Mutex::new(BTreeMap::new()),
+            remote: RemoteSources::new(&dir.root().join("cache/git"), credentials),
             printer,
             dir,
         }
@@ -95,193 +106,11 @@ impl LocalWorld {
     }
 }
 
-fn git_error(e: GitError) -> PortError {
-    match e {
-        GitError::AccessDenied { .. } => PortError::AccessDenied(e.to_string()),
-        GitError::Ref { .. } | GitError::NoSuchCommit { .. } => PortError::NotFound(e.to_string()),
-        GitError::Unreachable { .. } | GitError::HostKey { .. } | GitError::Local(_) => {
-            PortError::Unavailable(e.to_string())
-        }
-    }
-}
-
-fn oci_error(e: OciError) -> PortError {
-    match e {
-        OciError::AccessDenied { .. } => PortError::AccessDenied(e.to_string()),
-        OciError::NotFound { .. } => PortError::NotFound(e.to_string()),
-        OciError::BadUrl(_)
-        | OciError::NotASource { .. }
-        | OciError::DigestMismatch { .. }
-        | OciError::Extract { .. } => PortError::Invalid(e.to_string()),
-        OciError::Registry { .. } => PortError::Unavailable(e.to_string()),
-    }
-}
-
-/// The tree in `dir`, filtered by `ignore`, as the archive the runner receives; `what` names
-/// the source in an error.
-fn archive(dir: &Path, ignore: Option<&str>, what: &str) -> Result<Artifact, PortError> {
-    let mut data = Vec::new();
-    let summary = tfops_core::source::build_archive(dir, ignore, &mut data)
-        .map_err(|e| PortError::Invalid(format!("archiving {what}: {e}")))?;
-    Ok(Artifact {
-        sha256: summary.sha256,
-        data: Arc::new(data),
-    })
-}
-
-fn is_git(source: &SourceRef) -> bool {
-    source.kind == SourceKind::GitRepository && !source.url.starts_with("file://")
-}
-
-impl LocalWorld {
-    fn git_credentials(&self, key: &ObjectKey, source: &SourceRef) -> GitCredentials {
-        let data = source
-            .secret_ref
-            .as_ref()
-            .and_then(|r| self.data.get(&(key.namespace.clone(), r.name.clone())));
-        // Credentials are text; a key that is not UTF-8 counts as absent.
-        let get = |k: &str| {
-            data.and_then(|d| d.get(k))
-                .and_then(|v| String::from_utf8(v.clone()).ok())
-        };
-        GitCredentials {
-            username: get("username"),
-            password: get("password").or_else(|| get("token")),
-            // Argo CD's key name, then Flux's.
-            ssh_private_key: get("sshPrivateKey").or_else(|| get("identity")),
-            ssh_passphrase: get("passphrase"),
-            known_hosts: get("known_hosts"),
-            allow_unknown_host_key: get("allowUnknownHostKey").is_some_and(|v| v == "true"),
-            ca_bundle: get("ca.crt").or_else(|| get("caFile")),
-        }
-    }
-
-    fn oci_credentials(&self, key: &ObjectKey, source: &SourceRef) -> oci::OciCredentials {
-        let data = source
-            .secret_ref
-            .as_ref()
-            .and_then(|r| self.data.get(&(key.namespace.clone(), r.name.clone())));
-        let registry = oci::registry_of(&source.url).unwrap_or_default();
-        data.and_then(|d| d.get(".dockerconfigjson"))
-            .and_then(|j| std::str::from_utf8(j).ok())
-            .and_then(|j| oci::credentials_from_dockerconfigjson(j, registry))
-            .unwrap_or_default()
-    }
-
-    /// A CA bundle for the registry: the `ca.crt` key of the source's Secret.
-    fn oci_ca(&self, key: &ObjectKey, source: &SourceRef) -> Option<String> {
-        let r = source.secret_ref.as_ref()?;
-        self.data
-            .get(&(key.namespace.clone(), r.name.clone()))?
-            .get("ca.crt")
-            .and_then(|v| String::from_utf8(v.clone()).ok())
-    }
-
-    async fn oci_resolve(
-        &self,
-        object: &ObjectKey,
-        source: &SourceRef,
-    ) -> Result<Revision, PortError> {
-        let client = OciSource::with_ca(source.insecure, self.oci_ca(object, source).as_deref());
-        let (tag, digest) = client
-            .resolve(
-                &source.url,
-                &source.reference,
-                &self.oci_credentials(object, source),
-            )
-            .await
-            .map_err(oci_error)?;
-        Ok(Revision {
-            reference: tag,
-            digest,
-        })
-    }
-
-    async fn oci_fetch(
-        &self,
-        object: &ObjectKey,
-        source: &SourceRef,
-        revision: &Revision,
-        ignore: Option<&str>,
-    ) -> Result<Artifact, PortError> {
-        let client = OciSource::with_ca(source.insecure, self.oci_ca(object, source).as_deref());
-        let tree = tempfile::tempdir().map_err(|e| PortError::Unavailable(e.to_string()))?;
-        let dest = tree.path().join("src");
-        client
-            .pull(
-                &source.url,
-                &revision.digest,
-                &self.oci_credentials(object, source),
-                &dest,
-            )
-            .await
-            .map_err(oci_error)?;
-        archive(&dest, ignore, &source.url)
-    }
-
-    async fn git_resolve(
-        &self,
-        object: &ObjectKey,
-        source: &SourceRef,
-    ) -> Result<Revision, PortError> {
-        let (git, url, reference, creds) = (
-            self.git.clone(),
-            source.url.clone(),
-            source.reference.clone(),
-            self.git_credentials(object, source),
-        );
-        let resolved = tokio::task::spawn_blocking(move || git.resolve(&url, &reference, &creds))
-            .await
-            .map_err(|e| PortError::Unavailable(e.to_string()))?
-            .map_err(git_error)?;
-        let revision = Revision {
-            reference: resolved.name.clone(),
-            digest: format!("sha1:{}", resolved.sha),
-        };
-        lock(&self.resolved).insert((source.url.clone(), resolved.sha.clone()), resolved);
-        Ok(revision)
-    }
-
-    async fn git_fetch(
-        &self,
-        object: &ObjectKey,
-        source: &SourceRef,
-        revision: &Revision,
-        ignore: Option<&str>,
-    ) -> Result<Artifact, PortError> {
-        let resolved = lock(&self.resolved)
-            .get(&(source.url.clone(), revision.sha().to_string()))
-            .cloned()
-            .ok_or_else(|| {
-                PortError::Unavailable(format!("revision {revision} was not resolved in this run"))
-            })?;
-        let (git, url, creds) = (
-            self.git.clone(),
-            source.url.clone(),
-            self.git_credentials(object, source),
-        );
-        let submodules = source.recurse_submodules;
-        let ignore = ignore.map(str::to_string);
-        tokio::task::spawn_blocking(move || {
-            let tree = tempfile::tempdir().map_err(|e| PortError::Unavailable(e.to_string()))?;
-            let dest = tree.path().join("src");
-            git.checkout_with(&url, &resolved, &creds, &dest, submodules)
-                .map_err(git_error)?;
-            archive(&dest, ignore.as_deref(), &url)
-        })
-        .await
-        .map_err(|e| PortError::Unavailable(e.to_string()))?
-    }
-}
-
 #[async_trait]
 impl SourcePort for LocalWorld {
     async fn resolve(&self, object: &ObjectKey, source: &SourceRef) -> Result<Revision, PortError> {
-        if is_git(source) {
-            return self.git_resolve(object, source).await;
-        }
-        if source.kind == SourceKind::OciRepository {
-            return self.oci_resolve(object, source).await;
+        if is_git(source) || source.kind == SourceKind::OciRepository {
+            return self.remote.resolve(object, source).await;
         }
         let dir = self.source_dir(object, source)?;
         let artifact = archive(&dir, None, &dir.display().to_string())?;
@@ -300,11 +129,8 @@ impl SourcePort for LocalWorld {
         revision: &Revision,
         ignore: Option<&str>,
     ) -> Result<Artifact, PortError> {
-        if is_git(source) {
-            return self.git_fetch(object, source, revision, ignore).await;
-        }
-        if source.kind == SourceKind::OciRepository {
-            return self.oci_fetch(object, source, revision, ignore).await;
+        if is_git(source) || source.kind == SourceKind::OciRepository {
+            return self.remote.fetch(object, source, revision, ignore).await;
         }
         if ignore.is_none()
             && let Some(a) = lock(&self.artifacts).get(revision.sha()).cloned()

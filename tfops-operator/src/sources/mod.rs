@@ -3,3 +3,6 @@
 
 pub mod git;
 pub mod oci;
+pub mod port;
+
+pub use port::{CredentialSource, RemoteSources};
