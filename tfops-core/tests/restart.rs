@@ -163,3 +163,15 @@ async fn deletion_that_keeps_the_resources_does_not_wait_for_a_recorded_apply() 
     reconcile(&w, &key).await;
     assert!(w.object(&key).is_none(), "deleted without the runner");
 }
+
+/// Controllers run reconciles on a multi-threaded runtime: the driver's future must be `Send`
+/// (a policy evaluation holding non-`Send` values across an await once broke this).
+#[test]
+fn the_reconcile_future_is_send() {
+    fn send<T: Send>(_: &T) {}
+    let w = world();
+    let key = w.create(object("vpc", json!({})));
+    let driver = tfops_core::reconcile::Driver::new(w.ports());
+    let future = driver.reconcile(w.object(&key).unwrap(), Vec::new(), Vec::new());
+    send(&future);
+}

@@ -79,7 +79,12 @@ impl KubeCredentials {
         let found = api
             .list(&ListParams::default().labels(&selector))
             .await
-            .map_err(|e| port_error(&format!("listing Argo CD's repository Secrets in {namespace}"), e))?;
+            .map_err(|e| {
+                port_error(
+                    &format!("listing Argo CD's repository Secrets in {namespace}"),
+                    e,
+                )
+            })?;
         let mut candidates = Vec::new();
         let mut by_name = BTreeMap::new();
         for s in found.items {

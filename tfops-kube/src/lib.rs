@@ -8,6 +8,7 @@
 //! `dependsOn`, Argo CD repository-credential lookup, and the `Controller` built with
 //! `kube::runtime`.
 
+pub mod controller;
 pub mod credentials;
 pub mod error;
 pub mod events;
@@ -16,6 +17,7 @@ pub mod meta;
 pub mod objects;
 pub mod outputs;
 pub mod plans;
+pub mod policies;
 pub mod resource;
 pub mod runner;
 pub mod runner_stores;
@@ -27,6 +29,7 @@ pub use inputs::KubeInputs;
 pub use objects::KubeObjectWriter;
 pub use outputs::KubeOutputsSink;
 pub use plans::KubePlanStore;
+pub use policies::{KubePolicySource, policy_crd, policy_crd_yaml};
 pub use resource::{Terraform, crd, crd_yaml};
 pub use runner::{KubeRunnerPort, RunnerSettings};
 pub use runner_stores::KubeRunnerStores;

@@ -111,7 +111,7 @@ impl kube_core::Resource for Terraform {
 /// meta-schema.
 ///
 /// [`StructuralSchemaRewriter`]: kube_core::schema::StructuralSchemaRewriter
-fn structural<T: schemars::JsonSchema>() -> Value {
+pub(crate) fn structural<T: schemars::JsonSchema>() -> Value {
     let generator = schemars::generate::SchemaSettings::openapi3()
         .with(|s| {
             s.inline_subschemas = true;

@@ -97,3 +97,77 @@ async fn the_crd_is_structural_and_the_examples_validate_against_it() {
         .unwrap_err();
     assert!(e.to_string().contains("spec.interval"), "{e}");
 }
+
+fn checked_in_policy_crd() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../config/crd/infra.argocd.io_terraformpolicies.yaml")
+}
+
+#[test]
+fn the_checked_in_policy_crd_is_the_generated_one() {
+    let generated = tfops_kube::policy_crd_yaml().unwrap();
+    if std::env::var_os("TFOPS_UPDATE_CRD").is_some() {
+        std::fs::write(checked_in_policy_crd(), &generated).unwrap();
+    }
+    let file = std::fs::read_to_string(checked_in_policy_crd()).unwrap_or_default();
+    assert!(
+        file == generated,
+        "config/crd/infra.argocd.io_terraformpolicies.yaml is stale: run TFOPS_UPDATE_CRD=1 cargo test -p tfops-kube --test crd"
+    );
+}
+
+/// The starter policies are valid `TerraformPolicy` objects, and the policy source reads them
+/// back as the core's policies, compiled without error.
+#[tokio::test]
+async fn the_starter_policies_are_accepted_and_read_back() {
+    use tfops_core::ports::PolicySource;
+    let cluster = LoopbackCluster::start().await.unwrap();
+    let client = client(&cluster).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(checked_in_policy_crd()).unwrap())
+            .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("demo".into());
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "demo",
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("infra.argocd.io", "v1alpha1", "TerraformPolicy"),
+            "terraformpolicies",
+        ),
+    );
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if path.extension().is_none_or(|e| e != "yaml") || !text.contains("kind: TerraformPolicy") {
+            continue;
+        }
+        let object: kube::api::DynamicObject = serde_yaml_ng::from_str(&text).unwrap();
+        names.push(object.metadata.name.clone().unwrap());
+        api.create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    assert!(names.len() >= 4, "{names:?}");
+    let object: tfops_core::api::TerraformObject = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "x", "namespace": "demo", "generation": 1},
+        "spec": {"sourceRef": {"kind": "GitRepository", "url": "https://g/x.git"}},
+    }))
+    .unwrap();
+    let policies = tfops_kube::KubePolicySource::new(client)
+        .policies(&object)
+        .await
+        .unwrap();
+    assert_eq!(policies.len(), names.len());
+    for p in &policies {
+        tfops_core::policy::compile(p).unwrap_or_else(|e| panic!("{}: {e}", p.metadata.name));
+    }
+}

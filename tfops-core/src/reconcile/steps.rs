@@ -480,13 +480,28 @@ impl Driver {
         object: &TerraformObject,
         plan_json: &str,
     ) -> Result<Vec<crate::api::PolicyViolation>, PortError> {
-        use crate::policy::{Action, Outcome as Found};
         let mut policies = self.ports.policies.policies(object).await?;
         // Only the policies that select this object: another's broken rule does not block it.
         policies.retain(|p| p.selects(object));
         if policies.is_empty() {
             return Ok(Vec::new());
         }
+        // Compiled policies hold values that must not live across an await (they are not
+        // `Send`): everything is evaluated first, the Warning events emitted after.
+        let (out, warnings) = Self::evaluate_policies(&policies, plan_json, object)?;
+        for event in warnings {
+            self.ports.events.emit(&object.key(), event).await;
+        }
+        Ok(out)
+    }
+
+    /// The violations of `policies` on the plan, and the Warning events of `Warn` ones.
+    fn evaluate_policies(
+        policies: &[crate::policy::TerraformPolicy],
+        plan_json: &str,
+        object: &TerraformObject,
+    ) -> Result<(Vec<crate::api::PolicyViolation>, Vec<Event>), PortError> {
+        use crate::policy::{Action, Outcome as Found};
         let compiled = policies
             .iter()
             .map(crate::policy::compile)
@@ -497,6 +512,7 @@ impl Driver {
         let verdict = crate::policy::evaluate(&compiled, &plan, object)
             .map_err(|e| PortError::Invalid(e.to_string()))?;
         let mut out = Vec::new();
+        let mut warnings = Vec::new();
         for r in verdict.violations() {
             let (message, addresses) = match &r.outcome {
                 Found::Violation { message, addresses } => (message.clone(), addresses.clone()),
@@ -510,12 +526,11 @@ impl Driver {
                 Action::Warn => "Warn",
             };
             if r.action == Action::Warn {
-                let event = Event {
+                warnings.push(Event {
                     event_type: EventType::Warning,
                     reason: crate::conditions::Reason::ValidationFailed,
                     message: format!("policy {} rule {}: {message}", r.policy, r.rule),
-                };
-                self.ports.events.emit(&object.key(), event).await;
+                });
             }
             out.push(crate::api::PolicyViolation {
                 policy: r.policy.clone(),
@@ -525,6 +540,6 @@ impl Driver {
                 addresses,
             });
         }
-        Ok(out)
+        Ok((out, warnings))
     }
 }

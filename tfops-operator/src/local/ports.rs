@@ -31,7 +31,10 @@ impl CredentialSource for ManifestCredentials {
         namespace: &str,
         name: &str,
     ) -> Result<Option<BTreeMap<String, Vec<u8>>>, PortError> {
-        Ok(self.0.get(&(namespace.to_string(), name.to_string())).cloned())
+        Ok(self
+            .0
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned())
     }
 }
 

@@ -118,8 +118,8 @@ pub fn oci_credentials(data: Option<&BTreeMap<String, Vec<u8>>>, url: &str) -> O
         data.and_then(|d| d.get(k))
             .and_then(|v| String::from_utf8(v.clone()).ok())
     };
-    if let Some(c) = text(".dockerconfigjson")
-        .and_then(|j| oci::credentials_from_dockerconfigjson(&j, registry))
+    if let Some(c) =
+        text(".dockerconfigjson").and_then(|j| oci::credentials_from_dockerconfigjson(&j, registry))
     {
         return c;
     }

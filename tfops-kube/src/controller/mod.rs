@@ -1,0 +1,193 @@
+//! The controller: `kube::runtime`'s [`Controller`] over `Terraform` objects, driving the
+//! core's [`Driver`] through the Kubernetes ports. Each reconcile reads the object afresh from
+//! the API server (the watch cache can lag behind tfops' own status writes, and the decision
+//! must start from what was last written), builds the dependency states from the cache and
+//! the dependants from the [`index::DependsIndex`], and requeues as the driver says.
+
+pub mod index;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use tfops_core::api::{ObjectKey, TerraformObject};
+use tfops_core::ports::Ports;
+use tfops_core::reconcile::{DependencyState, DependencyView, Driver, DriverError};
+
+use crate::{KubeEventSink, Terraform};
+use index::{DependsIndex, dependencies_of};
+
+/// Why a reconcile did not finish; it is retried after [`Settings::error_requeue`].
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// Reading the object failed.
+    #[error("reading Terraform {object}: {source}")]
+    Read {
+        /// The object.
+        object: ObjectKey,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The driver could not finish (its status write failed).
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+}
+
+/// How the controller runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Watch one namespace only (`None`: all).
+    pub namespace: Option<String>,
+    /// Reconciles running at once.
+    pub concurrency: u16,
+    /// Wait before retrying a reconcile that failed.
+    pub error_requeue: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            concurrency: 4,
+            error_requeue: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What each reconcile needs.
+pub struct Context {
+    client: kube::Client,
+    driver: Driver,
+    events: Option<KubeEventSink>,
+    index: Arc<DependsIndex>,
+    store: Store<Terraform>,
+    settings: Settings,
+}
+
+fn key_of(tf: &Terraform) -> ObjectKey {
+    ObjectKey::new(
+        tf.metadata.namespace.as_deref().unwrap_or_default(),
+        tf.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+fn object_ref(key: &ObjectKey) -> ObjectRef<Terraform> {
+    ObjectRef::new(&key.name).within(&key.namespace)
+}
+
+impl Context {
+    /// The dependencies' states as the cache has them.
+    fn dependencies(&self, object: &TerraformObject) -> Vec<DependencyState> {
+        dependencies_of(object)
+            .into_iter()
+            .map(|key| {
+                let found = self
+                    .store
+                    .get(&object_ref(&key))
+                    .map(|tf| DependencyView::of(&tf.to_object()));
+                DependencyState { key, found }
+            })
+            .collect()
+    }
+
+    /// The objects that depend on `object` and still exist and still name it.
+    fn dependants(&self, object: &TerraformObject) -> Vec<ObjectKey> {
+        let me = object.key();
+        self.index
+            .dependants(&me)
+            .into_iter()
+            .filter(|k| {
+                self.store
+                    .get(&object_ref(k))
+                    .is_some_and(|tf| dependencies_of(&tf.to_object()).contains(&me))
+            })
+            .collect()
+    }
+}
+
+async fn reconcile(cached: Arc<Terraform>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let key = key_of(&cached);
+    let api: Api<Terraform> = Api::namespaced(ctx.client.clone(), &key.namespace);
+    let Some(fresh) = api
+        .get_opt(&key.name)
+        .await
+        .map_err(|source| ReconcileError::Read {
+            object: key.clone(),
+            source,
+        })?
+    else {
+        ctx.index.forget(&key);
+        return Ok(Action::await_change());
+    };
+    let object = fresh.to_object();
+    if let Some(events) = &ctx.events {
+        events.observe(&key, &object.metadata.uid).await;
+    }
+    let dependencies = ctx.dependencies(&object);
+    let dependants = ctx.dependants(&object);
+    let report = ctx
+        .driver
+        .reconcile(object, dependencies, dependants)
+        .await?;
+    Ok(match report.requeue_after {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+fn error_policy(tf: Arc<Terraform>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    tracing::warn!(object = %key_of(&tf), %error, "reconcile failed; retrying");
+    Action::requeue(ctx.settings.error_requeue)
+}
+
+/// Runs the controller until `shutdown` resolves (reconciles under way finish first).
+pub async fn run(
+    client: kube::Client,
+    ports: Ports,
+    events: Option<KubeEventSink>,
+    settings: Settings,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api: Api<Terraform> = match &settings.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let index = Arc::new(DependsIndex::default());
+    let mapper = {
+        let index = index.clone();
+        move |tf: Terraform| {
+            let dependants = index.observe(&tf.to_object());
+            dependants
+                .into_iter()
+                .map(|k| object_ref(&k))
+                .collect::<Vec<_>>()
+        }
+    };
+    let controller = Controller::new(api.clone(), watcher::Config::default())
+        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+        // The same objects again, for their dependants: a dependency whose readiness
+        // changed requeues the objects that wait for it.
+        .watches(api, watcher::Config::default(), mapper)
+        .graceful_shutdown_on(shutdown);
+    let context = Arc::new(Context {
+        client,
+        driver: Driver::new(ports),
+        events,
+        index,
+        store: controller.store(),
+        settings,
+    });
+    controller
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller");
+            }
+        })
+        .await;
+}
