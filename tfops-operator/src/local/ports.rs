@@ -21,8 +21,11 @@ use super::store::{Persisted, StateDir, remove, write_atomic};
 use crate::sources::port::{archive, is_git};
 use crate::sources::{CredentialSource, RemoteSources};
 
+/// Secrets and ConfigMaps by (namespace, name): key → bytes.
+type ManifestData = BTreeMap<(String, String), BTreeMap<String, Vec<u8>>>;
+
 /// Credentials from the manifests' Secrets.
-struct ManifestCredentials(Arc<BTreeMap<(String, String), BTreeMap<String, Vec<u8>>>>);
+struct ManifestCredentials(Arc<ManifestData>);
 
 #[async_trait]
 impl CredentialSource for ManifestCredentials {
