@@ -29,6 +29,9 @@ pub struct Audit {
     pub media_type: String,
     /// The status code answered.
     pub code: u16,
+    /// Who asked (the authenticated user, before any impersonation; empty when the token
+    /// was refused), as the real audit log's `user.username`.
+    pub user: String,
 }
 
 /// What every connection shares.
@@ -208,6 +211,19 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
+    let user = {
+        let token = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        let store = lock(&shared.store);
+        lock(&shared.tokens)
+            .authenticate(&store, token)
+            .map(|who| who.user)
+            .unwrap_or_default()
+    };
     let response = answer(shared.clone(), req).await;
     lock(&shared.audit).push(Audit {
         method,
@@ -215,6 +231,7 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> 
         query: query_string,
         media_type,
         code: response.status().as_u16(),
+        user,
     });
     response
 }

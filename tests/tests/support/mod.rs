@@ -3,6 +3,9 @@
 //! process, and small conversions.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod git;
+pub mod operator;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -218,31 +221,10 @@ pub async fn terraform(
         .unwrap()
 }
 
-/// The `tfops-runner` binary of this workspace (the runner Pods' image), built once per test
-/// process so that it is never a stale one (cargo does nothing when it is up to date).
+/// The runner binary the loopback kubelet runs for the runner image: this crate's
+/// `runner-pod`, the `tfops-runner` process built with the tests themselves.
 pub fn runner_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args([
-                    "build",
-                    "-q",
-                    "-p",
-                    "tfops-operator",
-                    "--bin",
-                    "tfops-runner",
-                ])
-                .status()
-                .unwrap();
-            assert!(status.success(), "building tfops-runner (tfops-operator)");
-            target.join("debug/tfops-runner")
-        })
-        .clone()
+    PathBuf::from(env!("CARGO_BIN_EXE_runner-pod"))
 }
 
 /// The RBAC of a runner's ServiceAccount in its namespace, as tfops documents it: the state

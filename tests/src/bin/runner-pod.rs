@@ -1,0 +1,9 @@
+//! The runner image of the loopback kubelet: the same process as the `tfops-runner` binary
+//! (`tfops_operator::runner_process`), built with this crate so that its tests run the
+//! runner of the very build they test (cargo builds a crate's binaries for its tests).
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    tfops_operator::runner_process::main(&argv).await
+}

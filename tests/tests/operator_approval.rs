@@ -1,0 +1,189 @@
+//! Manual approval on the operator, end to end: a plan waits with its id in status and its
+//! objects stored; an approval naming another (stale) plan is refused and says so; approval
+//! through the annotation applies, as does approval through `spec.approvePlan`; and a plan of
+//! more than 2 MiB is stored in chunks, read back whole, approved and applied.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+use support::operator::{CONFIG, Operator, condition, ready_with};
+use tfops_core::api::ObjectKey;
+use tfops_core::ports::PlanStore;
+use tfops_kube::KubePlanStore;
+use tfops_kube::meta::Owner;
+
+fn pending(t: &tfops_kube::Terraform) -> String {
+    t.status
+        .as_ref()
+        .map(|s| s.plan.pending.clone())
+        .unwrap_or_default()
+}
+
+async fn annotate(op: &Operator, name: &str, key: &str, value: &str) {
+    op.terraforms()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Approves `plan` as the Argo CD action does: the approve annotation with a token, and a
+/// new reconcile request.
+async fn approve(op: &Operator, name: &str, plan: &str, token: &str) {
+    op.terraforms()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "infra.argocd.io/approve": format!("{plan}@{token}"),
+                "infra.argocd.io/reconcile": token,
+            }}})),
+        )
+        .await
+        .unwrap();
+}
+
+fn waiting(t: &tfops_kube::Terraform) -> bool {
+    ready_with(t, "TerraformPlannedWithChanges") && !pending(t).is_empty()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn approvals_by_annotation_and_by_spec_and_a_stale_one_refused() {
+    let op = Operator::start().await;
+    op.apply(&op.manifest("app", json!({})));
+    let t = op
+        .wait_for("app", "waited for approval", 120, waiting)
+        .await;
+    let first = pending(&t);
+    assert!(first.starts_with("plan-main-"), "{first}");
+    assert!(
+        t.status.as_ref().unwrap().last_applied_revision.is_none(),
+        "nothing applied"
+    );
+    let stored = KubePlanStore::new(op.admin.clone(), Owner::None)
+        .load(&ObjectKey::new("team-a", "app"), "default")
+        .await
+        .unwrap()
+        .expect("the pending plan is stored");
+    assert_eq!(stored.id, first);
+    assert!(
+        stored.shown.readable.contains("terraform_data.x"),
+        "{}",
+        stored.shown.readable
+    );
+
+    // A new commit: a new plan replaces the pending one.
+    op.git
+        .commit("infra", &[("main.tf", &CONFIG.replace("hello", "bonjour"))]);
+    annotate(&op, "app", "infra.argocd.io/reconcile", "1").await;
+    let first_ = first.clone();
+    let t = op
+        .wait_for("app", "planned the new commit", 120, move |t| {
+            waiting(t) && pending(t) != first_
+        })
+        .await;
+    let second = pending(&t);
+
+    // Approving the first (stale) plan applies nothing and says why.
+    approve(&op, "app", &first, "t1").await;
+    let first_ = first.clone();
+    let t = op
+        .wait_for("app", "refused the stale approval", 120, move |t| {
+            condition(t, "Ready").is_some_and(|(_, _, m)| {
+                m.contains(&format!(
+                    "approval {first_}@t1 does not match the pending plan"
+                ))
+            })
+        })
+        .await;
+    assert!(t.status.as_ref().unwrap().last_applied_revision.is_none());
+
+    // The right one, by annotation: applied.
+    approve(&op, "app", &second, "t2").await;
+    let t = op
+        .wait_for("app", "applied the approved plan", 120, |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+        })
+        .await;
+    let status = t.status.clone().unwrap();
+    assert_eq!(status.plan.last_applied, second);
+    assert!(status.plan.pending.is_empty());
+
+    // Another commit, approved through spec.approvePlan.
+    op.git
+        .commit("infra", &[("main.tf", &CONFIG.replace("hello", "hola"))]);
+    annotate(&op, "app", "infra.argocd.io/reconcile", "2").await;
+    let second_ = second.clone();
+    let t = op
+        .wait_for("app", "planned the third commit", 120, move |t| {
+            waiting(t) && pending(t) != second_
+        })
+        .await;
+    let third = pending(&t);
+    op.apply(&op.manifest("app", json!({"approvePlan": third})));
+    let third_ = third.clone();
+    op.wait_for(
+        "app",
+        "applied the plan approved in the spec",
+        120,
+        move |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+                && t.status
+                    .as_ref()
+                    .is_some_and(|s| s.plan.last_applied == third_)
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plan_over_2_mib_is_stored_read_back_approved_and_applied() {
+    let op = Operator::start().await;
+    // About 3 MB of base64 that the plan carries (and its show, and later the state).
+    let big = r#"resource "terraform_data" "big" {
+  input = join("", [for i in range(1000) : join("", [for j in range(70) : base64sha256("${i}-${j}")])])
+}
+"#;
+    op.git.commit("infra", &[("big.tf", big)]);
+    op.apply(&op.manifest("big", json!({})));
+    let t = op
+        .wait_for("big", "waited for approval", 240, waiting)
+        .await;
+    let id = pending(&t);
+    let stored = KubePlanStore::new(op.admin.clone(), Owner::None)
+        .load(&ObjectKey::new("team-a", "big"), "default")
+        .await
+        .unwrap()
+        .expect("stored");
+    assert!(
+        stored.binary.len() > 2 << 20,
+        "the binary plan is {} bytes",
+        stored.binary.len()
+    );
+    assert!(stored.binary.starts_with(b"PK"), "a whole plan file");
+    let secrets = Api::<Secret>::namespaced(op.admin.clone(), "team-a")
+        .list(&ListParams::default().labels("infra.argocd.io/plan-part=binary"))
+        .await
+        .unwrap()
+        .items;
+    assert!(secrets.len() >= 3, "{} plan Secrets", secrets.len());
+    let maps = Api::<ConfigMap>::namespaced(op.admin.clone(), "team-a")
+        .list(&ListParams::default().labels("infra.argocd.io/plan-part=readable"))
+        .await
+        .unwrap()
+        .items;
+    assert!(maps.len() >= 2, "{} readable ConfigMaps", maps.len());
+    approve(&op, "big", &id, "go").await;
+    let t = op
+        .wait_for("big", "applied the big plan", 240, |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+        })
+        .await;
+    assert_eq!(t.status.unwrap().plan.last_applied, id);
+}

@@ -1,0 +1,243 @@
+//! The whole operator on the loopback cluster: the CRDs, the RBAC of `config/rbac/` bound to
+//! the controller's and the runners' ServiceAccounts, a Git repository, and the controller
+//! (`tfops_operator::cluster::run`) running as its ServiceAccount in this process, where a test
+//! can stop, kill and restart it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::runtime::wait::await_condition;
+use serde_json::json;
+use tests::cluster::LoopbackCluster;
+use tfops_kube::Terraform;
+use tfops_operator::cluster::ClusterOptions;
+
+use super::git::GitDaemon;
+
+/// The configuration every test's repository starts with.
+pub const CONFIG: &str = r#"variable "greeting" {
+  type    = string
+  default = "hello"
+}
+resource "terraform_data" "x" {
+  input = var.greeting
+}
+output "greeting" {
+  value = terraform_data.x.output
+}
+"#;
+
+/// The operator and its cluster.
+pub struct Operator {
+    /// The cluster (with its kubelet).
+    pub cluster: LoopbackCluster,
+    /// An admin client (what the test, as a user, does).
+    pub admin: kube::Client,
+    /// The Git server; repository `infra` holds [`CONFIG`].
+    pub git: GitDaemon,
+    /// The admin kubeconfig file, for kubectl.
+    pub kubeconfig: PathBuf,
+    controller: kube::Client,
+    options: ClusterOptions,
+    running: Option<(
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    )>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+fn rbac(file: &str) -> ClusterRole {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../config/rbac")
+        .join(file);
+    serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+impl Operator {
+    /// Everything set up and the controller running, watching all namespaces; objects go in
+    /// `team-a`, whose `tf-runner` ServiceAccount holds the runner's role.
+    pub async fn start() -> Self {
+        let (cluster, pods_dir) = super::cluster_with_kubelet().await;
+        let admin = super::client(&cluster).await;
+        super::terraform_crd_served(&admin).await;
+        Api::<CustomResourceDefinition>::all(admin.clone())
+            .create(&PostParams::default(), &tfops_kube::policy_crd().unwrap())
+            .await
+            .unwrap();
+        let pp = PostParams::default();
+        for ns in ["tfops-system", "team-a"] {
+            super::namespace(&admin, ns).await;
+        }
+        let account = |ns: &str, name: &str| {
+            let (api, body) = (
+                Api::<ServiceAccount>::namespaced(admin.clone(), ns),
+                super::from_json::<ServiceAccount>(json!({"metadata": {"name": name}})),
+            );
+            async move { api.create(&PostParams::default(), &body).await.unwrap() }
+        };
+        account("tfops-system", "tfops-controller").await;
+        account("team-a", "tf-runner").await;
+        let roles: Api<ClusterRole> = Api::all(admin.clone());
+        roles.create(&pp, &rbac("controller.yaml")).await.unwrap();
+        roles.create(&pp, &rbac("runner.yaml")).await.unwrap();
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .create(
+                &pp,
+                &super::from_json(json!({
+                    "metadata": {"name": "tfops-controller"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tfops-controller"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "tfops-controller", "namespace": "tfops-system"}],
+                })),
+            )
+            .await
+            .unwrap();
+        Api::<RoleBinding>::namespaced(admin.clone(), "team-a")
+            .create(
+                &pp,
+                &super::from_json(json!({
+                    "metadata": {"name": "tf-runner"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tfops-runner"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "tf-runner"}],
+                })),
+            )
+            .await
+            .unwrap();
+        let token = cluster
+            .service_account_token("tfops-system", "tfops-controller")
+            .unwrap();
+        let controller = super::client_for(&cluster, &token).await;
+        let cache = tempfile::tempdir().unwrap();
+        let mut options =
+            ClusterOptions::new("tfops-system", &format!("{}:dev", super::RUNNER_IMAGE));
+        options.git_cache = cache.path().join("git");
+        options.runner_creation_timeout = Duration::from_secs(60);
+        options.controller.error_requeue = Duration::from_secs(2);
+        let git = GitDaemon::start();
+        git.commit("infra", &[("main.tf", CONFIG)]);
+        let (kubeconfig_dir, kubeconfig) = super::kubeconfig_file(&cluster);
+        let mut operator = Self {
+            cluster,
+            admin,
+            git,
+            kubeconfig,
+            controller,
+            options,
+            running: None,
+            _dirs: vec![pods_dir, cache, kubeconfig_dir],
+        };
+        operator.start_controller();
+        operator
+    }
+
+    /// Starts the controller (again).
+    pub fn start_controller(&mut self) {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (client, options) = (self.controller.clone(), self.options.clone());
+        let handle = tokio::spawn(async move {
+            tfops_operator::cluster::run(client, options, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        self.running = Some((stop, handle));
+    }
+
+    /// Kills the controller where it stands (a crash: nothing it had under way finishes).
+    pub async fn kill_controller(&mut self) {
+        if let Some((_, handle)) = self.running.take() {
+            handle.abort();
+            let _ = handle.await;
+        }
+    }
+
+    /// `kubectl apply` of `yaml` as the admin; panics when kubectl fails.
+    pub fn apply(&self, yaml: &str) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("manifest.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let (ok, out, err) =
+            super::kubectl(&self.kubeconfig, &["apply", "-f", file.to_str().unwrap()]);
+        assert!(ok, "kubectl apply: {out}{err}");
+    }
+
+    /// A `Terraform` manifest for `name` in `team-a` on the `infra` repository, `spec` merged
+    /// over it.
+    pub fn manifest(&self, name: &str, spec: serde_json::Value) -> String {
+        let mut body = json!({
+            "apiVersion": "infra.argocd.io/v1alpha1",
+            "kind": "Terraform",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {
+                "interval": "1h",
+                "retryInterval": "2s",
+                "sourceRef": {"kind": "GitRepository", "url": self.git.url("infra")},
+            },
+        });
+        json_patch::merge(&mut body["spec"], &spec);
+        serde_yaml_ng::to_string(&body).unwrap()
+    }
+
+    /// The Terraform API of `team-a`.
+    pub fn terraforms(&self) -> Api<Terraform> {
+        Api::namespaced(self.admin.clone(), "team-a")
+    }
+
+    /// Waits (at most `seconds`) until `name` satisfies `test`; panics with its status when
+    /// it does not.
+    pub async fn wait_for(
+        &self,
+        name: &str,
+        what: &str,
+        seconds: u64,
+        test: impl Fn(&Terraform) -> bool + Send + 'static,
+    ) -> Terraform {
+        let cond = move |t: Option<&Terraform>| t.is_some_and(&test);
+        match tokio::time::timeout(
+            Duration::from_secs(seconds),
+            await_condition(self.terraforms(), name, cond),
+        )
+        .await
+        {
+            Ok(t) => t.unwrap().unwrap(),
+            Err(_) => {
+                let now = self.terraforms().get_opt(name).await.unwrap();
+                panic!(
+                    "{name} never {what} within {seconds} s: {}",
+                    serde_json::to_string_pretty(&now.map(|t| t.status)).unwrap()
+                )
+            }
+        }
+    }
+}
+
+/// The status and reason of condition `kind`.
+pub fn condition(t: &Terraform, kind: &str) -> Option<(String, String, String)> {
+    t.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| {
+            (
+                format!("{:?}", c.status),
+                c.reason.clone(),
+                c.message.clone(),
+            )
+        })
+}
+
+/// Whether `Ready` has `reason` at the object's generation.
+pub fn ready_with(t: &Terraform, reason: &str) -> bool {
+    let generation = t.metadata.generation.unwrap_or_default();
+    t.status.as_ref().is_some_and(|s| {
+        s.observed_generation >= generation
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == reason)
+    })
+}

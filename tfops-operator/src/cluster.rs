@@ -1,0 +1,152 @@
+//! The controller's composition in a cluster: the core's ports on the Kubernetes API
+//! (`tfops-kube`), sources over Git and OCI with credentials from the cluster, runner Pods
+//! dialled over mTLS with the controller's CA, and the `kube::runtime` controller that drives
+//! them. The manager binary and embedders start it with [`run`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tfops_core::ports::{HealthChecker, PortError, Ports, ResolvedHealthCheck, SystemClock};
+use tfops_kube::controller::{self, Settings};
+use tfops_kube::meta::Owner;
+use tfops_kube::runner::pki::{ControllerPki, Validity};
+use tfops_kube::{
+    KubeCredentials, KubeEventSink, KubeInputs, KubeObjectWriter, KubeOutputsSink, KubePlanStore,
+    KubePolicySource, KubeRunnerPort, KubeStateAdmin, RunnerSettings,
+};
+
+use crate::sources::{CredentialSource, RemoteSources};
+
+/// What the controller is configured with (the manager's flags).
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// The controller's own namespace: its CA Secret lives there.
+    pub controller_namespace: String,
+    /// The CA Secret's name.
+    pub ca_secret: String,
+    /// Certificate lifetimes (`--ca-validity-duration`).
+    pub validity: Validity,
+    /// The runner image (`RUNNER_POD_IMAGE`).
+    pub runner_image: String,
+    /// How long a runner Pod may take to become Ready (`--runner-creation-timeout`).
+    pub runner_creation_timeout: Duration,
+    /// Argo CD's namespace when its repository credentials may be used
+    /// (`--enable-argocd-credentials`).
+    pub argocd_namespace: Option<String>,
+    /// Where Git repositories are cached.
+    pub git_cache: PathBuf,
+    /// The name events are reported under (`reportingController`) and this instance.
+    pub reporter: (String, String),
+    /// Namespace to watch, concurrency, retry wait.
+    pub controller: Settings,
+}
+
+impl ClusterOptions {
+    /// Defaults for a controller in `namespace` using `runner_image`.
+    pub fn new(namespace: &str, runner_image: &str) -> Self {
+        Self {
+            controller_namespace: namespace.to_string(),
+            ca_secret: "tfops-ca".into(),
+            validity: Validity::default(),
+            runner_image: runner_image.to_string(),
+            runner_creation_timeout: Duration::from_secs(120),
+            argocd_namespace: None,
+            git_cache: std::env::temp_dir().join("tfops-git-cache"),
+            reporter: ("tfops".into(), "tfops".into()),
+            controller: Settings::default(),
+        }
+    }
+}
+
+/// Source credentials from the cluster.
+struct ClusterCredentials(KubeCredentials);
+
+#[async_trait]
+impl CredentialSource for ClusterCredentials {
+    async fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, Vec<u8>>>, PortError> {
+        self.0.secret(namespace, name).await
+    }
+
+    async fn for_url(&self, url: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, PortError> {
+        self.0.argocd(url).await
+    }
+}
+
+/// Health checks from the controller (TCP, plain HTTP).
+struct NetworkHealth;
+
+#[async_trait]
+impl HealthChecker for NetworkHealth {
+    async fn check(&self, check: &ResolvedHealthCheck) -> Result<(), PortError> {
+        crate::local::health::check(check).await
+    }
+}
+
+/// Every port of the controller, and the event sink (which the controller tells objects'
+/// uids).
+///
+/// # Errors
+/// Loading or creating the CA.
+pub async fn ports(
+    client: &kube::Client,
+    options: &ClusterOptions,
+) -> Result<(Ports, KubeEventSink), PortError> {
+    let pki = ControllerPki::load_or_create(
+        client.clone(),
+        &options.controller_namespace,
+        &options.ca_secret,
+        options.validity,
+    )
+    .await?;
+    let mut runner = RunnerSettings::new(&options.runner_image);
+    runner.creation_timeout = options.runner_creation_timeout;
+    let credentials = KubeCredentials::new(client.clone(), options.argocd_namespace.clone());
+    let events = KubeEventSink::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: options.reporter.0.clone(),
+            instance: Some(options.reporter.1.clone()),
+        },
+    );
+    let owner = Owner::Lookup(client.clone());
+    let ports = Ports {
+        source: Arc::new(RemoteSources::new(
+            &options.git_cache,
+            Arc::new(ClusterCredentials(credentials)),
+        )),
+        inputs: Arc::new(KubeInputs::new(client.clone())),
+        runner: Arc::new(KubeRunnerPort::new(client.clone(), Arc::new(pki), runner)),
+        // Runner Pods store plans and write outputs themselves; these stores only remove
+        // what is left when an object is deleted without a runner.
+        plans: Arc::new(KubePlanStore::new(client.clone(), owner.clone())),
+        outputs: Arc::new(KubeOutputsSink::new(client.clone(), owner)),
+        state: Arc::new(KubeStateAdmin::new(client.clone())),
+        health: Arc::new(NetworkHealth),
+        events: Arc::new(events.clone()),
+        objects: Arc::new(KubeObjectWriter::new(client.clone())),
+        clock: Arc::new(SystemClock),
+        policies: Arc::new(KubePolicySource::new(client.clone())),
+    };
+    Ok((ports, events))
+}
+
+/// Runs the controller until `shutdown` resolves.
+///
+/// # Errors
+/// Building the ports (the CA).
+pub async fn run(
+    client: kube::Client,
+    options: ClusterOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), PortError> {
+    let (ports, events) = ports(&client, &options).await?;
+    controller::run(client, ports, Some(events), options.controller, shutdown).await;
+    Ok(())
+}
