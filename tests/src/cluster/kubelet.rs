@@ -96,6 +96,11 @@ impl Kubelet {
         lock(&self.state.faults).insert(pod_ref(namespace, name), fault);
     }
 
+    /// Removes the fault of the Pod `namespace/name` (Pods created from now on run normally).
+    pub fn heal(&self, namespace: &str, name: &str) {
+        lock(&self.state.faults).remove(&pod_ref(namespace, name));
+    }
+
     fn uid_of(&self, namespace: &str, name: &str) -> Option<String> {
         let store = lock(&self.shared.store);
         store

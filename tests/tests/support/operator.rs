@@ -61,6 +61,11 @@ impl Operator {
     /// Everything set up and the controller running, watching all namespaces; objects go in
     /// `team-a`, whose `tf-runner` ServiceAccount holds the runner's role.
     pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// [`Operator::start`] with the controller's options changed by `change`.
+    pub async fn start_with(change: impl FnOnce(&mut ClusterOptions)) -> Self {
         let (cluster, pods_dir) = super::cluster_with_kubelet().await;
         let admin = super::client(&cluster).await;
         super::terraform_crd_served(&admin).await;
@@ -116,6 +121,7 @@ impl Operator {
         options.git_cache = cache.path().join("git");
         options.runner_creation_timeout = Duration::from_secs(60);
         options.controller.error_requeue = Duration::from_secs(2);
+        change(&mut options);
         let git = GitDaemon::start();
         git.commit("infra", &[("main.tf", CONFIG)]);
         let (kubeconfig_dir, kubeconfig) = super::kubeconfig_file(&cluster);
@@ -206,9 +212,30 @@ impl Operator {
             Ok(t) => t.unwrap().unwrap(),
             Err(_) => {
                 let now = self.terraforms().get_opt(name).await.unwrap();
+                let events: Vec<String> = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+                    self.admin.clone(),
+                    "team-a",
+                )
+                .list(&Default::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                .map(|e| {
+                    format!(
+                        "{} {} x{}: {}",
+                        e.event_time.map(|t| t.0.to_string()).unwrap_or_default(),
+                        e.reason.unwrap_or_default(),
+                        e.series.map_or(1, |s| s.count),
+                        e.note.unwrap_or_default()
+                    )
+                })
+                .collect();
                 panic!(
-                    "{name} never {what} within {seconds} s: {}",
-                    serde_json::to_string_pretty(&now.map(|t| t.status)).unwrap()
+                    "{name} never {what} within {seconds} s: {}\nevents:\n{}",
+                    serde_json::to_string_pretty(&now.map(|t| t.status)).unwrap(),
+                    events.join("\n")
                 )
             }
         }

@@ -75,6 +75,19 @@ impl DependsIndex {
         }
     }
 
+    /// What a change to `object` must requeue besides itself: its dependants when its
+    /// readiness changed ([`DependsIndex::observe`]), and, while it is being deleted, its
+    /// dependencies (whose own deletion may wait for it to go).
+    pub fn triggered_by(&self, object: &TerraformObject) -> Vec<ObjectKey> {
+        let mut keys = self.observe(object);
+        if object.metadata.deletion_timestamp.is_some() {
+            keys.extend(dependencies_of(object));
+        }
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
     /// Forgets `key` (deleted); returns its dependants (a dependency that is gone changes what
     /// they see).
     pub fn forget(&self, key: &ObjectKey) -> Vec<ObjectKey> {
@@ -144,6 +157,10 @@ mod tests {
         index.observe(&object("app", &[], false));
         assert!(index.dependants(&key("net")).is_empty());
         index.observe(&object("app", &["net"], false));
+        // A dependant being deleted requeues its dependency (waiting to be deleted itself).
+        let mut leaving = object("app", &["net"], false);
+        leaving.metadata.deletion_timestamp = Some(jiff::Timestamp::now());
+        assert_eq!(index.triggered_by(&leaving), [key("net")]);
         assert_eq!(index.forget(&key("net")), [key("app")]);
         assert_eq!(index.forget(&key("app")), Vec::<ObjectKey>::new());
         assert!(index.dependants(&key("net")).is_empty());

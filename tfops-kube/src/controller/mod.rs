@@ -170,8 +170,8 @@ pub async fn run(
     };
     let controller = Controller::new(api.clone(), watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-        // The same objects again, for their dependants: a dependency whose readiness
-        // changed requeues the objects that wait for it.
+        // The same objects again, for their relations: a dependency whose readiness changed
+        // requeues the objects that wait for it, a dependant being deleted its dependencies.
         .watches(api, watcher::Config::default(), mapper)
         .graceful_shutdown_on(shutdown);
     let context = Arc::new(Context {

@@ -1,0 +1,224 @@
+//! Faults on the operator, end to end: a runner killed or OOM-killed mid-apply, a runner Pod
+//! that never becomes Ready, a quota with no room, and the controller itself killed mid-apply.
+//! Each ends in its reason within a bounded time, and the next run succeeds; the restarted
+//! controller attaches to the apply under way instead of applying again.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ResourceQuota;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::operator::{CONFIG, Operator, condition, ready_with};
+
+/// The configuration with an apply that takes `seconds` (a provisioner sleeping).
+fn slow(seconds: u32) -> String {
+    format!(
+        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep {seconds}\"\n  }}\n}}\n"
+    )
+}
+
+/// Waits until the object's apply holds the state lock (Terraform is applying): the apply is
+/// recorded in status before it starts, after the plan released its lock.
+async fn applying(op: &Operator, name: &str) {
+    op.wait_for(name, "recorded the apply", 120, |t| {
+        t.status.as_ref().is_some_and(|s| s.active_run.is_some())
+    })
+    .await;
+    let leases: Api<Lease> = Api::namespaced(op.admin.clone(), "team-a");
+    let lease = format!("lock-tfstate-default-{name}");
+    let held = async {
+        loop {
+            let l = leases.get_opt(&lease).await.unwrap();
+            if l.and_then(|l| l.spec?.holder_identity).is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), held)
+        .await
+        .expect("the apply started");
+}
+
+async fn annotate(op: &Operator, name: &str, annotations: serde_json::Value) {
+    op.terraforms()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+        )
+        .await
+        .unwrap();
+}
+
+fn reason_is(t: &tfops_kube::Terraform, reason: &str) -> bool {
+    condition(t, "Ready").is_some_and(|(_, r, _)| r == reason)
+}
+
+/// A runner killed (`oom`: by the OOM killer) mid-apply: reported with the container's
+/// reason; the killed Terraform's lock then stops the next run (its state may be partial)
+/// and is shown in status, whose lock id this returns.
+async fn killed_mid_apply(op: &Operator, name: &str, oom: bool) -> String {
+    let kubelet = op.cluster.kubelet().unwrap().clone();
+    op.apply(&op.manifest(name, json!({"approvePlan": "auto"})));
+    applying(op, name).await;
+    let pod = format!("{name}-tf-runner");
+    assert!(if oom {
+        kubelet.oom_kill("team-a", &pod)
+    } else {
+        kubelet.kill("team-a", &pod)
+    });
+    let said = if oom {
+        "OOMKilled (exit code 137)"
+    } else {
+        "Error (exit code 137)"
+    };
+    let expected = format!("runner Pod team-a/{pod} died: {said}");
+    let expected_ = expected.clone();
+    let t = op
+        .wait_for(name, "reported the runner's death", 60, move |t| {
+            t.status
+                .as_ref()
+                .is_some_and(|s| s.conditions.iter().any(|c| c.message.contains(&expected_)))
+        })
+        .await;
+    assert!(
+        condition(&t, "Apply").is_some_and(|(s, _, _)| s == "False"),
+        "{:?}",
+        condition(&t, "Apply")
+    );
+    // The dead Terraform's lock is shown with its holder, and nothing breaks it silently.
+    let t = op
+        .wait_for(name, "reported the held lock", 60, |t| {
+            reason_is(t, "LockHeld")
+        })
+        .await;
+    let lock = t.status.as_ref().unwrap().lock.clone();
+    assert!(!lock.pending.is_empty(), "{lock:?}");
+    // (Terraform's `Who` is user@hostname; in a cluster the hostname is the Pod's name, on the
+    // loopback kubelet it is this machine's.)
+    assert!(lock.holder.contains('@'), "the holder is shown: {lock:?}");
+    lock.pending
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn runners_killed_or_oom_killed_mid_apply_are_reported_and_the_next_run_succeeds() {
+    let op = Operator::start().await;
+    op.git.commit("infra", &[("main.tf", &slow(300))]);
+    let killed = killed_mid_apply(&op, "killed", false).await;
+    let oom = killed_mid_apply(&op, "oom", true).await;
+    // The slow resource is made quick; the user releases each lock with the id status shows
+    // (the force-unlock action); both runs succeed.
+    op.git.commit("infra", &[("main.tf", &slow(0))]);
+    for (name, lock) in [("killed", killed), ("oom", oom)] {
+        annotate(
+            &op,
+            name,
+            json!({"infra.argocd.io/force-unlock": lock, "infra.argocd.io/reconcile": "unlock"}),
+        )
+        .await;
+        op.wait_for(name, "applied after the fix", 120, |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pod_never_ready_and_a_full_quota_end_in_their_reasons_then_runs_succeed() {
+    let op = Operator::start_with(|o| o.runner_creation_timeout = Duration::from_secs(4)).await;
+    let kubelet = op.cluster.kubelet().unwrap().clone();
+    kubelet.inject(
+        "team-a",
+        "stuck-tf-runner",
+        tests::cluster::kubelet::Fault::NeverReady,
+    );
+    op.apply(&op.manifest("stuck", json!({"approvePlan": "auto"})));
+    let t = op
+        .wait_for("stuck", "gave up on the Pod", 60, |t| {
+            reason_is(t, "RunnerConnectionFailed")
+        })
+        .await;
+    let (_, _, message) = condition(&t, "Ready").unwrap();
+    assert!(
+        message.contains("did not become Ready within 4 s"),
+        "{message}"
+    );
+    kubelet.heal("team-a", "stuck-tf-runner");
+    op.wait_for("stuck", "applied once the Pod could start", 120, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+
+    let quotas: Api<ResourceQuota> = Api::namespaced(op.admin.clone(), "team-a");
+    quotas
+        .create(
+            &PostParams::default(),
+            &support::from_json(
+                json!({"metadata": {"name": "pods"}, "spec": {"hard": {"pods": "0"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    op.apply(&op.manifest("over", json!({"approvePlan": "auto"})));
+    let t = op
+        .wait_for("over", "reported the quota", 60, |t| {
+            reason_is(t, "RunnerQuotaExhausted")
+        })
+        .await;
+    assert!(condition(&t, "Ready").unwrap().2.contains("exceeded quota"));
+    quotas
+        .delete("pods", &DeleteParams::default())
+        .await
+        .unwrap();
+    op.wait_for("over", "applied once the quota allowed it", 120, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_controller_killed_mid_apply_is_followed_by_one_that_attaches() {
+    let mut op = Operator::start().await;
+    op.git.commit("infra", &[("main.tf", &slow(6))]);
+    op.apply(&op.manifest("vpc", json!({"approvePlan": "auto"})));
+    // The apply is recorded in status and under way, then the controller dies.
+    applying(&op, "vpc").await;
+    op.kill_controller().await;
+    op.start_controller();
+    let t = op
+        .wait_for("vpc", "recorded the attached apply", 120, |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+        })
+        .await;
+    let status = t.status.unwrap();
+    assert!(status.active_run.is_none());
+    let (_, _, message) = condition_of(&status, "Apply");
+    assert!(message.contains("attached to run"), "{message}");
+    // One runner Pod, one apply: the new controller never started another.
+    let pods_created = op
+        .cluster
+        .audit()
+        .iter()
+        .filter(|a| a.method == "POST" && a.path.ends_with("/namespaces/team-a/pods"))
+        .count();
+    assert_eq!(pods_created, 1);
+}
+
+fn condition_of(s: &tfops_core::api::TerraformStatus, kind: &str) -> (String, String, String) {
+    s.conditions
+        .iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| {
+            (
+                format!("{:?}", c.status),
+                c.reason.clone(),
+                c.message.clone(),
+            )
+        })
+        .unwrap_or_default()
+}
