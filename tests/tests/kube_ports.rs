@@ -391,3 +391,103 @@ async fn events_name_the_object_and_repeats_become_a_series() {
         .unwrap();
     assert!(apply.note.as_ref().unwrap().len() <= 1024);
 }
+
+#[tokio::test]
+async fn source_credentials_come_from_the_named_secret_or_argo_cds_matching_repository() {
+    let w = world(json!({})).await;
+    support::namespace(&w.client, "argocd").await;
+    let pp = PostParams::default();
+    let argocd: Api<Secret> = Api::namespaced(w.client.clone(), "argocd");
+    for (name, kind, url, user) in [
+        (
+            "repo-exact",
+            "repository",
+            "https://git.example.com/team/infra.git",
+            "exact",
+        ),
+        (
+            "creds-team",
+            "repo-creds",
+            "https://git.example.com/team",
+            "team",
+        ),
+        ("creds-all", "repo-creds", "https://git.example.com", "all"),
+    ] {
+        argocd
+            .create(
+                &pp,
+                &support::from_json(json!({
+                    "metadata": {"name": name, "labels": {"argocd.argoproj.io/secret-type": kind}},
+                    "stringData": {"url": url, "username": user, "password": "p"},
+                })),
+            )
+            .await
+            .unwrap();
+    }
+    // A Secret without the label is not Argo CD's.
+    argocd
+        .create(
+            &pp,
+            &support::from_json(json!({"metadata": {"name": "other"},
+                "stringData": {"url": "https://git.example.com/team/other", "username": "nope"}})),
+        )
+        .await
+        .unwrap();
+    let user = |d: Option<BTreeMap<String, Vec<u8>>>| {
+        d.map(|d| String::from_utf8(d["username"].clone()).unwrap())
+    };
+    let enabled = tfops_kube::KubeCredentials::new(w.client.clone(), Some("argocd".into()));
+    assert_eq!(
+        user(
+            enabled
+                .argocd("https://git.example.com/team/infra")
+                .await
+                .unwrap()
+        )
+        .as_deref(),
+        Some("exact"),
+        "a repository Secret matches its URL (without .git)"
+    );
+    assert_eq!(
+        user(
+            enabled
+                .argocd("https://git.example.com/team/other")
+                .await
+                .unwrap()
+        )
+        .as_deref(),
+        Some("team"),
+        "else the longest repo-creds prefix"
+    );
+    assert_eq!(
+        user(enabled.argocd("https://git.example.com/x/y").await.unwrap()).as_deref(),
+        Some("all")
+    );
+    assert_eq!(
+        enabled.argocd("https://elsewhere.example/x").await.unwrap(),
+        None
+    );
+    let disabled = tfops_kube::KubeCredentials::new(w.client.clone(), None);
+    assert_eq!(
+        disabled
+            .argocd("https://git.example.com/team/infra")
+            .await
+            .unwrap(),
+        None,
+        "only when enabled"
+    );
+    // The source's own Secret, in the object's namespace.
+    Api::<Secret>::namespaced(w.client.clone(), "team")
+        .create(
+            &pp,
+            &support::from_json(json!({"metadata": {"name": "git-creds"},
+                "stringData": {"username": "mine", "password": "p"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        user(enabled.secret("team", "git-creds").await.unwrap()).as_deref(),
+        Some("mine")
+    );
+    assert_eq!(enabled.secret("team", "absent").await.unwrap(), None);
+}

@@ -191,6 +191,9 @@ string_enum!(
         /// An apply recorded as under way was interrupted and its runner is gone: its result
         /// is unknown, and the run plans again from the state.
         ApplyInterrupted,
+        /// The state Secret nears the 1 MiB a Secret holds, and the backend (OpenTofu's)
+        /// cannot split it: the next applies may fail to save state.
+        StateNearSizeLimit,
     }
 );
 

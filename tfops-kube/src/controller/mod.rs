@@ -15,10 +15,15 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use tfops_core::api::{ObjectKey, TerraformObject};
-use tfops_core::ports::Ports;
-use tfops_core::reconcile::{DependencyState, DependencyView, Driver, DriverError};
+use tfops_core::conditions::Reason;
+use tfops_core::naming;
+use tfops_core::ports::{Event, EventSink, EventType, Ports};
+use tfops_core::reconcile::{
+    DependencyState, DependencyView, Driver, DriverError, RunReport, StepKind,
+};
 
-use crate::{KubeEventSink, Terraform};
+use crate::state::SECRET_LIMIT;
+use crate::{KubeEventSink, KubeStateAdmin, Terraform};
 use index::{DependsIndex, dependencies_of};
 
 /// Why a reconcile did not finish; it is retried after [`Settings::error_requeue`].
@@ -63,6 +68,8 @@ impl Default for Settings {
 pub struct Context {
     client: kube::Client,
     driver: Driver,
+    /// The driver's event sink, for the controller's own warnings.
+    sink: Arc<dyn EventSink>,
     events: Option<KubeEventSink>,
     index: Arc<DependsIndex>,
     store: Store<Terraform>,
@@ -132,12 +139,67 @@ async fn reconcile(cached: Arc<Terraform>, ctx: Arc<Context>) -> Result<Action, 
     let dependants = ctx.dependants(&object);
     let report = ctx
         .driver
-        .reconcile(object, dependencies, dependants)
+        .reconcile(object.clone(), dependencies, dependants)
         .await?;
+    warn_of_state_size(&ctx, &object, &report).await;
     Ok(match report.requeue_after {
         Some(after) => Action::requeue(after),
         None => Action::await_change(),
     })
+}
+
+/// After an apply by OpenTofu into the default kubernetes backend, a Warning event when the
+/// state nears what one Secret holds: OpenTofu's backend cannot split state over Secrets, so
+/// an apply past the limit could not save it.
+async fn warn_of_state_size(ctx: &Context, object: &TerraformObject, report: &RunReport) {
+    if !state_size_matters(object, report) {
+        return;
+    }
+    let suffix = naming::state_secret_suffix(object);
+    let key = object.key();
+    let Ok(info) = KubeStateAdmin::new(ctx.client.clone())
+        .inspect(&key, &object.spec.workspace, &suffix)
+        .await
+    else {
+        return;
+    };
+    if near_secret_limit(info.stored_bytes) {
+        let event = Event {
+            event_type: EventType::Warning,
+            reason: Reason::StateNearSizeLimit,
+            message: format!(
+                "the state Secret {} holds {} KiB of the 1024 KiB a Secret allows, and OpenTofu's kubernetes backend cannot split state: move this state to another backend or split the configuration",
+                naming::state_secret_name(&object.spec.workspace, &suffix),
+                info.stored_bytes / 1024
+            ),
+        };
+        ctx.sink.emit(&key, event).await;
+    }
+}
+
+/// Whether the run applied with OpenTofu into the default kubernetes backend (whose state
+/// cannot grow past one Secret).
+fn state_size_matters(object: &TerraformObject, report: &RunReport) -> bool {
+    let applied = report
+        .records
+        .iter()
+        .any(|r| r.step == StepKind::Apply && r.result.is_ok());
+    let tofu = report
+        .status
+        .binary
+        .as_deref()
+        .is_some_and(|b| b.starts_with("tofu"));
+    let default_backend = object
+        .spec
+        .backend_config
+        .as_ref()
+        .is_none_or(|b| !b.disable && b.custom_configuration.is_none());
+    applied && tofu && default_backend
+}
+
+/// Whether `stored` bytes of state are past 80% of a Secret's 1 MiB.
+fn near_secret_limit(stored: usize) -> bool {
+    stored * 10 >= SECRET_LIMIT * 8
 }
 
 fn error_policy(tf: Arc<Terraform>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
@@ -176,6 +238,7 @@ pub async fn run(
         .graceful_shutdown_on(shutdown);
     let context = Arc::new(Context {
         client,
+        sink: ports.events.clone(),
         driver: Driver::new(ports),
         events,
         index,
@@ -190,4 +253,53 @@ pub async fn run(
             }
         })
         .await;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use tfops_core::reconcile::Record;
+
+    fn object(backend: serde_json::Value) -> TerraformObject {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db", "namespace": "ns", "generation": 1},
+            "spec": {"sourceRef": {"kind": "GitRepository", "url": "https://g/x"}, "backendConfig": backend},
+        }))
+        .unwrap()
+    }
+
+    fn report(binary: &str, applied: bool) -> RunReport {
+        let mut status = tfops_core::api::TerraformStatus::default();
+        status.binary = Some(binary.into());
+        let records = if applied {
+            vec![Record {
+                step: StepKind::Apply,
+                at: jiff::Timestamp::UNIX_EPOCH,
+                result: Ok(tfops_core::reconcile::Outcome::Applied),
+            }]
+        } else {
+            Vec::new()
+        };
+        RunReport {
+            records,
+            requeue_after: None,
+            status,
+        }
+    }
+
+    #[test]
+    fn only_opentofu_applies_into_the_kubernetes_backend_are_checked_near_the_limit() {
+        let default = object(serde_json::Value::Null);
+        assert!(state_size_matters(&default, &report("tofu 1.10.6", true)));
+        assert!(!state_size_matters(
+            &default,
+            &report("terraform 1.11.4", true)
+        ));
+        assert!(!state_size_matters(&default, &report("tofu 1.10.6", false)));
+        let custom = object(serde_json::json!({"customConfiguration": "terraform {}"}));
+        assert!(!state_size_matters(&custom, &report("tofu 1.10.6", true)));
+        assert!(!near_secret_limit(800 * 1024));
+        assert!(near_secret_limit(840 * 1024));
+    }
 }
