@@ -1,12 +1,14 @@
-//! The ports of `tfops-core` implemented on the Kubernetes API (issue 13, **in progress**).
+//! The ports of `tfops-core` implemented on the Kubernetes API, and the controller that
+//! drives them.
 //!
-//! Written so far: [`resource`], the `Terraform` custom resource wrapping `tfops_core::api`
-//! and its CRD generated from those types; [`plans`], the plan store in Secrets and
-//! ConfigMaps. To come: the outputs Secret, state administration, runner Pod management
-//! (hardened defaults, `podTemplate` merge, labels), the per-namespace runner TLS Secret,
-//! events, status written by server-side apply, the finalizer, watches and indexes for
-//! `dependsOn`, Argo CD repository-credential lookup, and the `Controller` built with
-//! `kube::runtime`.
+//! - [`resource`], [`policies`]: the `Terraform` and `TerraformPolicy` custom resources and
+//!   their CRDs, generated from the core's types.
+//! - [`plans`], [`outputs`], [`state`], [`inputs`], [`objects`], [`events`],
+//!   [`credentials`]: the ports on Secrets, ConfigMaps, Leases, the status subresource and
+//!   `events.k8s.io`, each written with the identity its client has (see [`meta::Owner`]).
+//! - [`runner`]: runner Pods (seed 002), their TLS, and sessions that notice a dying Pod;
+//!   [`runner_stores`]: what a runner Pod writes plans and outputs with.
+//! - [`controller`]: the `kube::runtime` controller around the core's driver.
 
 pub mod controller;
 pub mod credentials;
