@@ -270,8 +270,10 @@ mod tests {
     }
 
     fn report(binary: &str, applied: bool) -> RunReport {
-        let mut status = tfops_core::api::TerraformStatus::default();
-        status.binary = Some(binary.into());
+        let status = tfops_core::api::TerraformStatus {
+            binary: Some(binary.into()),
+            ..Default::default()
+        };
         let records = if applied {
             vec![Record {
                 step: StepKind::Apply,
