@@ -185,7 +185,10 @@ async fn a_pod_never_ready_and_a_full_quota_end_in_their_reasons_then_runs_succe
 async fn a_controller_killed_mid_apply_is_followed_by_one_that_attaches() {
     let mut op = Operator::start().await;
     op.git.commit("infra", &[("main.tf", &slow(6))]);
-    op.apply(&op.manifest("vpc", json!({"approvePlan": "auto"})));
+    op.apply(&op.manifest(
+        "vpc",
+        json!({"approvePlan": "auto", "writeOutputsToSecret": {"name": "vpc-out"}}),
+    ));
     // The apply is recorded in status and under way, then the controller dies.
     applying(&op, "vpc").await;
     op.kill_controller().await;
@@ -207,6 +210,21 @@ async fn a_controller_killed_mid_apply_is_followed_by_one_that_attaches() {
         .filter(|a| a.method == "POST" && a.path.ends_with("/namespaces/team-a/pods"))
         .count();
     assert_eq!(pods_created, 1);
+    // The outputs read after attaching were written by the runner, never by the controller.
+    let writers: Vec<String> = op
+        .cluster
+        .audit()
+        .into_iter()
+        .filter(|a| a.method != "GET" && a.path.ends_with("/secrets/vpc-out"))
+        .map(|a| a.user)
+        .collect();
+    assert!(!writers.is_empty());
+    assert!(
+        writers
+            .iter()
+            .all(|u| u == "system:serviceaccount:team-a:tf-runner"),
+        "{writers:?}"
+    );
 }
 
 fn condition_of(s: &tfops_core::api::TerraformStatus, kind: &str) -> (String, String, String) {

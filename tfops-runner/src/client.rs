@@ -466,6 +466,19 @@ impl Session {
         self
     }
 
+    /// Asks the runner what it runs and whether it writes plans and outputs itself, as
+    /// [`RunnerSession::init`] does: a session that attaches to an earlier run (and runs no
+    /// `init`) needs it before it reads outputs.
+    ///
+    /// # Errors
+    /// The `Info` call's.
+    pub async fn learn(&mut self) -> Result<(), PortError> {
+        let info = self.client.info_reply().await.map_err(port_error)?;
+        self.binary = format!("{} {}", info.binary, info.version);
+        self.writes = info.writes_for_object;
+        Ok(())
+    }
+
     /// The id the next command will run under.
     pub fn next_run_id(&self) -> String {
         format!("{}-{}", self.prefix, self.next)
@@ -553,10 +566,7 @@ impl RunnerSession for Session {
 
     async fn init(&mut self) -> Result<(), PortError> {
         self.command(Command::Init(proto::Init {})).await?;
-        let info = self.client.info_reply().await.map_err(port_error)?;
-        self.binary = format!("{} {}", info.binary, info.version);
-        self.writes = info.writes_for_object;
-        Ok(())
+        self.learn().await
     }
 
     async fn select_workspace(&mut self, workspace: &str) -> Result<(), PortError> {

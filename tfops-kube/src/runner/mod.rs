@@ -148,12 +148,14 @@ impl KubeRunnerPort {
         Ok(pod)
     }
 
-    /// Dials the Ready Pod and opens a session on it.
+    /// Dials the Ready Pod and opens a session on it; `attaching`: to a run an earlier
+    /// session started (so the session asks the runner what it is now, not at `init`).
     async fn connect(
         &self,
         object: &TerraformObject,
         pod: &Pod,
         delete_after: bool,
+        attaching: bool,
     ) -> Result<Box<dyn RunnerSession>, PortError> {
         let namespace = &object.metadata.namespace;
         let name = pod.metadata.name.clone().unwrap_or_default();
@@ -175,10 +177,13 @@ impl KubeRunnerPort {
             naming::shorten(&object.metadata.name, 40),
             jiff::Timestamp::now().as_millisecond()
         );
-        let session = Session::start(client, &prefix)
+        let mut session = Session::start(client, &prefix)
             .await
             .map_err(|e| PortError::Unavailable(e.to_string()))?
             .named(&name);
+        if attaching {
+            session.learn().await?;
+        }
         let watch = PodWatch::new(
             self.pods(namespace),
             namespace,
@@ -210,7 +215,7 @@ impl RunnerPort for KubeRunnerPort {
                 .and_then(|a| a.get(ANNOTATION_TLS_VERSION))
                 == Some(&version);
             if keep && current && is_ready(&existing) && death(&existing).is_none() {
-                return self.connect(object, &existing, false).await;
+                return self.connect(object, &existing, false, false).await;
             }
             // Left over, exited, or holding a rotated certificate: replaced.
             let uid = existing.metadata.uid.clone().unwrap_or_default();
@@ -238,7 +243,7 @@ impl RunnerPort for KubeRunnerPort {
                 return Err(e);
             }
         };
-        self.connect(object, &ready, !keep).await
+        self.connect(object, &ready, !keep, false).await
     }
 
     async fn attach(
@@ -273,7 +278,7 @@ impl RunnerPort for KubeRunnerPort {
                 summary(&pod)
             )));
         }
-        self.connect(object, &pod, object.spec.runner.always_cleanup)
+        self.connect(object, &pod, object.spec.runner.always_cleanup, true)
             .await
     }
 }
