@@ -175,3 +175,40 @@ fn the_reconcile_future_is_send() {
     let future = driver.reconcile(w.object(&key).unwrap(), Vec::new(), Vec::new());
     send(&future);
 }
+
+/// Found by the reconciler's property test: a run taken up after a crash, whose runner turns
+/// out to be gone, plans again; it must first wait for its dependencies like any run.
+#[tokio::test]
+async fn a_lost_apply_plans_again_only_once_its_dependencies_are_ready() {
+    let w = world();
+    let net = w.create(object("net", json!({"approvePlan": "auto"})));
+    let app = w.create(object(
+        "app",
+        json!({"approvePlan": "auto", "dependsOn": [{"name": "net"}]}),
+    ));
+    reconcile(&w, &net).await;
+    apply_and_die(&w, &app).await;
+    // The dependency stops being Ready (its deletion waits for the dependant), and the
+    // dependant's runner is gone.
+    w.delete(&net);
+    reconcile(&w, &net).await;
+    assert_eq!(ready(&w, &net).1, "DeletionBlockedByDependants");
+    w.lose_runners();
+    let sessions = w.lock().sessions;
+    reconcile(&w, &app).await;
+    assert_eq!(
+        w.lock().sessions,
+        sessions,
+        "no runner started for a new plan"
+    );
+    assert_eq!(ready(&w, &app).1, "DependencyNotReady");
+    let status = w.object(&app).unwrap().status;
+    assert!(status.active_run.is_none(), "{status:#?}");
+    assert!(
+        w.lock()
+            .events
+            .iter()
+            .any(|(k, e)| *k == app && e.reason.as_str() == "ApplyInterrupted"),
+        "the lost apply is reported"
+    );
+}

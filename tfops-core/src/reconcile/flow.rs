@@ -358,6 +358,18 @@ impl<'a> Run<'a> {
                 st.conditions
                     .retain(|c| c.type_ != ConditionType::Ready.as_str());
                 st.conditions.extend(ready);
+                // A recorded run taken up and found lost is over: keep what that says (no
+                // record, the `Apply` condition), and nothing is in progress any more.
+                if self.s.progress.attempted(StepKind::Attach) {
+                    st.active_run = self.st.active_run.clone();
+                    let apply =
+                        conditions::find(&self.st.conditions, ConditionType::Apply).cloned();
+                    st.conditions.retain(|c| {
+                        c.type_ != ConditionType::Apply.as_str()
+                            && c.type_ != ConditionType::Reconciling.as_str()
+                    });
+                    st.conditions.extend(apply);
+                }
                 return Decision {
                     step: Step::Done {
                         requeue_after: Some(self.retry_interval),

@@ -51,6 +51,11 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
         go!(run, resumed_apply(&mut run, active));
         return run.end(End::Success);
     }
+    // A run taken up only to find its apply lost plans again: not while a dependency is not
+    // Ready (the check above was skipped to take the run up).
+    if resuming && let Some(message) = dependencies_not_ready(s) {
+        return run.wait_for_dependencies(message);
+    }
     let revision = go!(run, run.resolve());
     if let Some(message) = dependencies_behind(s, &revision) {
         return run.wait_for_dependencies(message);
