@@ -40,6 +40,10 @@ pub struct ClusterOptions {
     pub git_cache: PathBuf,
     /// The name events are reported under (`reportingController`) and this instance.
     pub reporter: (String, String),
+    /// How often the CA's expiry is checked (`--cert-rotation-check-frequency`).
+    pub cert_rotation_check: Duration,
+    /// The largest gRPC message to and from runners (`--runner-grpc-max-message-size`).
+    pub runner_max_message: usize,
     /// Namespace to watch, concurrency, retry wait.
     pub controller: Settings,
 }
@@ -56,6 +60,8 @@ impl ClusterOptions {
             argocd_namespace: None,
             git_cache: std::env::temp_dir().join("tfops-git-cache"),
             reporter: ("tfops".into(), "tfops".into()),
+            cert_rotation_check: Duration::from_secs(1800),
+            runner_max_message: tfops_runner::client::DEFAULT_MAX_MESSAGE,
             controller: Settings::default(),
         }
     }
@@ -89,24 +95,34 @@ impl HealthChecker for NetworkHealth {
     }
 }
 
-/// Every port of the controller, and the event sink (which the controller tells objects'
-/// uids).
+/// What the controller runs on: every port, the event sink (which the controller tells
+/// objects' uids) and the CA (which rotates).
+pub struct Wiring {
+    /// The ports.
+    pub ports: Ports,
+    /// The event sink among them.
+    pub events: KubeEventSink,
+    /// The CA.
+    pub pki: Arc<ControllerPki>,
+}
+
+/// Every port of the controller.
 ///
 /// # Errors
 /// Loading or creating the CA.
-pub async fn ports(
-    client: &kube::Client,
-    options: &ClusterOptions,
-) -> Result<(Ports, KubeEventSink), PortError> {
-    let pki = ControllerPki::load_or_create(
-        client.clone(),
-        &options.controller_namespace,
-        &options.ca_secret,
-        options.validity,
-    )
-    .await?;
+pub async fn ports(client: &kube::Client, options: &ClusterOptions) -> Result<Wiring, PortError> {
+    let pki = Arc::new(
+        ControllerPki::load_or_create(
+            client.clone(),
+            &options.controller_namespace,
+            &options.ca_secret,
+            options.validity,
+        )
+        .await?,
+    );
     let mut runner = RunnerSettings::new(&options.runner_image);
     runner.creation_timeout = options.runner_creation_timeout;
+    runner.client.max_message = options.runner_max_message;
     let credentials = KubeCredentials::new(client.clone(), options.argocd_namespace.clone());
     let events = KubeEventSink::new(
         client.clone(),
@@ -122,7 +138,7 @@ pub async fn ports(
             Arc::new(ClusterCredentials(credentials)),
         )),
         inputs: Arc::new(KubeInputs::new(client.clone())),
-        runner: Arc::new(KubeRunnerPort::new(client.clone(), Arc::new(pki), runner)),
+        runner: Arc::new(KubeRunnerPort::new(client.clone(), pki.clone(), runner)),
         // Runner Pods store plans and write outputs themselves; these stores only remove
         // what is left when an object is deleted without a runner.
         plans: Arc::new(KubePlanStore::new(client.clone(), owner.clone())),
@@ -134,7 +150,7 @@ pub async fn ports(
         clock: Arc::new(SystemClock),
         policies: Arc::new(KubePolicySource::new(client.clone())),
     };
-    Ok((ports, events))
+    Ok(Wiring { ports, events, pki })
 }
 
 /// Runs the controller until `shutdown` resolves.
@@ -146,7 +162,28 @@ pub async fn run(
     options: ClusterOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), PortError> {
-    let (ports, events) = ports(&client, &options).await?;
-    controller::run(client, ports, Some(events), options.controller, shutdown).await;
+    let wiring = ports(&client, &options).await?;
+    // The CA is renewed a look-ahead before it expires; runners get the new trust bundle with
+    // their next TLS Secret, and kept Pods are replaced when it changes.
+    let (pki, every) = (wiring.pki.clone(), options.cert_rotation_check);
+    let rotation = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            match pki.rotate_if_due().await {
+                Ok(true) => tracing::info!("the runner CA was rotated"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "could not rotate the runner CA"),
+            }
+        }
+    });
+    controller::run(
+        client,
+        wiring.ports,
+        Some(wiring.events),
+        options.controller,
+        shutdown,
+    )
+    .await;
+    rotation.abort();
     Ok(())
 }

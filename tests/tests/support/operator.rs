@@ -41,6 +41,8 @@ pub struct Operator {
     pub git: GitDaemon,
     /// The admin kubeconfig file, for kubectl.
     pub kubeconfig: PathBuf,
+    /// A kubeconfig file of the controller's ServiceAccount, for manager processes.
+    pub controller_kubeconfig: PathBuf,
     controller: kube::Client,
     options: ClusterOptions,
     running: Option<(
@@ -48,6 +50,14 @@ pub struct Operator {
         tokio::task::JoinHandle<()>,
     )>,
     _dirs: Vec<tempfile::TempDir>,
+}
+
+/// A kubeconfig file authenticating with `token`, in a fresh directory.
+fn kubeconfig_dir_for(cluster: &LoopbackCluster, token: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, cluster.kubeconfig_for(token)).unwrap();
+    (dir, path)
 }
 
 fn rbac(file: &str) -> ClusterRole {
@@ -66,6 +76,13 @@ impl Operator {
 
     /// [`Operator::start`] with the controller's options changed by `change`.
     pub async fn start_with(change: impl FnOnce(&mut ClusterOptions)) -> Self {
+        let mut operator = Self::prepare(change).await;
+        operator.start_controller();
+        operator
+    }
+
+    /// Everything but the controller (a test starts manager processes itself).
+    pub async fn prepare(change: impl FnOnce(&mut ClusterOptions)) -> Self {
         let (cluster, pods_dir) = super::cluster_with_kubelet().await;
         let admin = super::client(&cluster).await;
         super::terraform_crd_served(&admin).await;
@@ -111,9 +128,33 @@ impl Operator {
             )
             .await
             .unwrap();
+        let leader: k8s_openapi::api::rbac::v1::Role = serde_yaml_ng::from_str(
+            &std::fs::read_to_string(
+                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../config/rbac/leader-election.yaml"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), "tfops-system")
+            .create(&pp, &leader)
+            .await
+            .unwrap();
+        Api::<RoleBinding>::namespaced(admin.clone(), "tfops-system")
+            .create(
+                &pp,
+                &super::from_json(json!({
+                    "metadata": {"name": "tfops-leader-election"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tfops-leader-election"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "tfops-controller", "namespace": "tfops-system"}],
+                })),
+            )
+            .await
+            .unwrap();
         let token = cluster
             .service_account_token("tfops-system", "tfops-controller")
             .unwrap();
+        let controller_kubeconfig = kubeconfig_dir_for(&cluster, &token);
         let controller = super::client_for(&cluster, &token).await;
         let cache = tempfile::tempdir().unwrap();
         let mut options =
@@ -125,18 +166,18 @@ impl Operator {
         let git = GitDaemon::start();
         git.commit("infra", &[("main.tf", CONFIG)]);
         let (kubeconfig_dir, kubeconfig) = super::kubeconfig_file(&cluster);
-        let mut operator = Self {
+        let (controller_dir, controller_kubeconfig) = controller_kubeconfig;
+        Self {
             cluster,
             admin,
             git,
             kubeconfig,
+            controller_kubeconfig,
             controller,
             options,
             running: None,
-            _dirs: vec![pods_dir, cache, kubeconfig_dir],
-        };
-        operator.start_controller();
-        operator
+            _dirs: vec![pods_dir, cache, kubeconfig_dir, controller_dir],
+        }
     }
 
     /// Starts the controller (again).

@@ -43,6 +43,31 @@ pub enum ReconcileError {
     Driver(#[from] DriverError),
 }
 
+/// Told of every reconcile (metrics, logs).
+pub trait ReconcileObserver: Send + Sync {
+    /// `object` was reconciled in `took`, with this outcome.
+    fn reconciled(
+        &self,
+        object: &ObjectKey,
+        took: Duration,
+        outcome: Result<&RunReport, &ReconcileError>,
+    );
+    /// `object` no longer exists.
+    fn deleted(&self, object: &ObjectKey) {
+        let _ = object;
+    }
+}
+
+/// A [`ReconcileObserver`] in [`Settings`].
+#[derive(Clone)]
+pub struct Observer(pub Arc<dyn ReconcileObserver>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
 /// How the controller runs.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -52,6 +77,8 @@ pub struct Settings {
     pub concurrency: u16,
     /// Wait before retrying a reconcile that failed.
     pub error_requeue: Duration,
+    /// Told of every reconcile.
+    pub observer: Option<Observer>,
 }
 
 impl Default for Settings {
@@ -60,6 +87,7 @@ impl Default for Settings {
             namespace: None,
             concurrency: 4,
             error_requeue: Duration::from_secs(10),
+            observer: None,
         }
     }
 }
@@ -119,6 +147,27 @@ impl Context {
 
 async fn reconcile(cached: Arc<Terraform>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let key = key_of(&cached);
+    let started = std::time::Instant::now();
+    let result = reconcile_once(&key, &ctx).await;
+    if let Some(Observer(observer)) = &ctx.settings.observer {
+        match &result {
+            Ok(Some(report)) => observer.reconciled(&key, started.elapsed(), Ok(report)),
+            Ok(None) => observer.deleted(&key),
+            Err(e) => observer.reconciled(&key, started.elapsed(), Err(e)),
+        }
+    }
+    Ok(match result?.and_then(|r| r.requeue_after) {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+/// One reconcile of `key`; `None` when the object is gone.
+async fn reconcile_once(
+    key: &ObjectKey,
+    ctx: &Context,
+) -> Result<Option<RunReport>, ReconcileError> {
+    let key = key.clone();
     let api: Api<Terraform> = Api::namespaced(ctx.client.clone(), &key.namespace);
     let Some(fresh) = api
         .get_opt(&key.name)
@@ -129,7 +178,7 @@ async fn reconcile(cached: Arc<Terraform>, ctx: Arc<Context>) -> Result<Action, 
         })?
     else {
         ctx.index.forget(&key);
-        return Ok(Action::await_change());
+        return Ok(None);
     };
     let object = fresh.to_object();
     if let Some(events) = &ctx.events {
@@ -141,11 +190,8 @@ async fn reconcile(cached: Arc<Terraform>, ctx: Arc<Context>) -> Result<Action, 
         .driver
         .reconcile(object.clone(), dependencies, dependants)
         .await?;
-    warn_of_state_size(&ctx, &object, &report).await;
-    Ok(match report.requeue_after {
-        Some(after) => Action::requeue(after),
-        None => Action::await_change(),
-    })
+    warn_of_state_size(ctx, &object, &report).await;
+    Ok(Some(report))
 }
 
 /// After an apply by OpenTofu into the default kubernetes backend, a Warning event when the

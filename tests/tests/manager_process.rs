@@ -1,0 +1,186 @@
+//! The manager as real processes (`tfops-manager`'s code, built with the tests) on the loopback
+//! cluster, as the controller's ServiceAccount: two replicas elect one leader on a Lease; the
+//! leader reconciles, serves `/metrics`, `/healthz` and `/readyz`; killed, it is replaced by the
+//! standby within the lease duration; SIGTERM stops a replica at once and frees the Lease.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use serde_json::json;
+use support::operator::{Operator, ready_with};
+
+/// A manager process; killed when dropped.
+struct Manager {
+    child: Child,
+    /// Where its metrics and health endpoints answer.
+    endpoints: String,
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(op: &Operator, identity: &str) -> Manager {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_manager-process"))
+        .args([
+            "--runner-pod-image",
+            &format!("{}:dev", support::RUNNER_IMAGE),
+            "--namespace",
+            "tfops-system",
+            "--identity",
+            identity,
+            "--leader-election-lease-duration",
+            "3s",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--health-addr",
+            "127.0.0.1:0",
+            "--runner-creation-timeout",
+            "60s",
+        ])
+        .env("KUBECONFIG", &op.controller_kubeconfig)
+        .env("TFOPS_GIT_CACHE", tempfile::tempdir().unwrap().keep())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first log line names the endpoints (JSON lines: the default format).
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let started = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the manager logs its start");
+    let line: serde_json::Value = serde_json::from_str(&started).expect("a JSON log line");
+    assert_eq!(line["message"], "tfops-manager starting", "{line}");
+    assert_eq!(line["identity"], identity);
+    let endpoints = line["health"].as_str().unwrap().to_string();
+    // The rest of its log goes to the test's output (shown when a test fails).
+    let who = identity.to_string();
+    std::thread::spawn(move || {
+        while let Ok(line) = rx.recv() {
+            eprintln!("[{who}] {line}");
+        }
+    });
+    Manager { child, endpoints }
+}
+
+async fn get(addr: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let code = answer.split(' ').nth(1).unwrap().parse().unwrap();
+    (code, answer)
+}
+
+async fn holder(op: &Operator) -> Option<String> {
+    Api::<Lease>::namespaced(op.admin.clone(), "tfops-system")
+        .get_opt("tfops-manager")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec?.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+async fn wait_holder(op: &Operator, test: impl Fn(Option<&str>) -> bool) -> Option<String> {
+    for _ in 0..400 {
+        let h = holder(op).await;
+        if test(h.as_deref()) {
+            return h;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the leader Lease never got there: {:?}", holder(op).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_elect_a_leader_and_the_standby_takes_over() {
+    let op = Operator::prepare(|_| {}).await;
+    let mut first = Some(start(&op, "m1"));
+    let leader = wait_holder(&op, |h| h == Some("m1")).await;
+    assert_eq!(leader.as_deref(), Some("m1"));
+    let second = start(&op, "m2");
+    op.apply(&op.manifest("one", json!({"approvePlan": "auto"})));
+    op.wait_for("one", "became Ready", 120, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+    let endpoints = first.as_ref().unwrap().endpoints.clone();
+    assert_eq!(get(&endpoints, "/healthz").await.0, 200);
+    assert_eq!(get(&endpoints, "/readyz").await.0, 200);
+    // The reconcile ends after the status says Ready (the runner Pod is cleaned up last).
+    let mut metrics = String::new();
+    for _ in 0..200 {
+        let (code, text) = get(&endpoints, "/metrics").await;
+        assert_eq!(code, 200);
+        metrics = text;
+        if metrics.contains("tfops_reconciles_total{") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        metrics.contains("tfops_reconciles_total{result=\"success\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tfops_objects{reason=\"TerraformAppliedSucceed\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tfops_steps_total{step=\"Apply\",result=\"success\"}"),
+        "{metrics}"
+    );
+    assert_eq!(get(&endpoints, "/nothing").await.0, 404);
+    // The standby does not reconcile.
+    let (_, standby) = get(&second.endpoints, "/metrics").await;
+    assert!(!standby.contains("tfops_reconciles_total{"), "{standby}");
+
+    // The leader dies without releasing the Lease: the standby takes over once it expires.
+    drop(first.take());
+    wait_holder(&op, |h| h == Some("m2")).await;
+    op.apply(&op.manifest("two", json!({"approvePlan": "auto"})));
+    op.wait_for("two", "became Ready under the new leader", 120, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+
+    // SIGTERM: the replica stops at once and frees the Lease.
+    let mut second = second;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(second.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || {
+        let s = second.child.wait().unwrap();
+        drop(second);
+        s
+    })
+    .await
+    .unwrap();
+    assert!(status.success(), "{status:?}");
+    wait_holder(&op, |h| h.is_none()).await;
+}

@@ -1,0 +1,129 @@
+//! The manager's flags: the names tofu-controller's users know where one exists, each also an
+//! environment variable (the image as `RUNNER_POD_IMAGE`, the Pod's namespace and name from
+//! the downward API's `POD_NAMESPACE` and `POD_NAME`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser, ValueEnum};
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line (the default in a Pod).
+    Json,
+    /// Readable lines for a terminal.
+    Text,
+}
+
+fn go_duration(text: &str) -> Result<Duration, String> {
+    tfops_core::duration::parse(text).map_err(|e| e.to_string())
+}
+
+/// `tfops-manager`: reconciles `Terraform` objects in a cluster.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "tfops-manager", version, about, long_about = None)]
+pub struct Flags {
+    /// The runner image (pinned per release): runner Pods use it unless `spec.runner.image`
+    /// says otherwise.
+    #[arg(long, env = "RUNNER_POD_IMAGE")]
+    pub runner_pod_image: String,
+    /// Reconciles running at once.
+    #[arg(long, env = "TFOPS_CONCURRENT", default_value_t = 4)]
+    pub concurrent: u16,
+    /// How long a runner Pod may take to become Ready (Go duration).
+    #[arg(long, env = "TFOPS_RUNNER_CREATION_TIMEOUT", default_value = "120s", value_parser = go_duration)]
+    pub runner_creation_timeout: Duration,
+    /// The largest gRPC message between manager and runners, in bytes (plan files travel in
+    /// one).
+    #[arg(long, env = "TFOPS_RUNNER_GRPC_MAX_MESSAGE_SIZE", default_value_t = tfops_runner::client::DEFAULT_MAX_MESSAGE)]
+    pub runner_grpc_max_message_size: usize,
+    /// How long the runner CA is valid (Go duration); it is renewed a quarter before.
+    #[arg(long, env = "TFOPS_CA_VALIDITY_DURATION", default_value = "2160h", value_parser = go_duration)]
+    pub ca_validity_duration: Duration,
+    /// How often the CA's expiry is checked (Go duration).
+    #[arg(long, env = "TFOPS_CERT_ROTATION_CHECK_FREQUENCY", default_value = "30m", value_parser = go_duration)]
+    pub cert_rotation_check_frequency: Duration,
+    /// One namespace to watch; all when not given.
+    #[arg(long, env = "TFOPS_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+    /// Use Argo CD's repository credentials for sources that name no Secret of their own.
+    #[arg(long, env = "TFOPS_ENABLE_ARGOCD_CREDENTIALS")]
+    pub enable_argocd_credentials: bool,
+    /// Argo CD's namespace.
+    #[arg(long, env = "TFOPS_ARGOCD_NAMESPACE", default_value = "argocd")]
+    pub argocd_namespace: String,
+    /// The manager's own namespace (its CA Secret and leader Lease live there).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "tfops-system")]
+    pub namespace: String,
+    /// This replica's name in the leader Lease and in events (default: the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Elect one leader among replicas with a Lease; only the leader reconciles.
+    #[arg(long, env = "TFOPS_LEADER_ELECTION", default_value_t = true, action = ArgAction::Set)]
+    pub leader_election: bool,
+    /// The leader Lease's name.
+    #[arg(
+        long,
+        env = "TFOPS_LEADER_ELECTION_ID",
+        default_value = "tfops-manager"
+    )]
+    pub leader_election_id: String,
+    /// How long a leader's Lease lasts without renewal (Go duration, whole seconds): a standby
+    /// takes over within it.
+    #[arg(long, env = "TFOPS_LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = go_duration)]
+    pub leader_election_lease_duration: Duration,
+    /// Where `/metrics` is served.
+    #[arg(long, env = "TFOPS_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Where `/healthz` and `/readyz` are served.
+    #[arg(long, env = "TFOPS_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    pub health_addr: SocketAddr,
+    /// Log format.
+    #[arg(long, env = "TFOPS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
+    pub log_format: LogFormat,
+    /// Where Git repositories are cached.
+    #[arg(long, env = "TFOPS_GIT_CACHE", default_value = "/tmp/tfops-git-cache")]
+    pub git_cache: std::path::PathBuf,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_flags_and_bad_values() {
+        let f = Flags::try_parse_from(["tfops-manager", "--runner-pod-image", "r:1"]).unwrap();
+        assert_eq!(f.concurrent, 4);
+        assert_eq!(f.runner_creation_timeout, Duration::from_secs(120));
+        assert_eq!(f.ca_validity_duration, Duration::from_secs(2160 * 3600));
+        assert!(f.leader_election);
+        let f = Flags::try_parse_from([
+            "tfops-manager",
+            "--runner-pod-image",
+            "r:1",
+            "--leader-election",
+            "false",
+            "--runner-creation-timeout",
+            "5m",
+            "--watch-namespace",
+            "team-a",
+        ])
+        .unwrap();
+        assert!(!f.leader_election);
+        assert_eq!(f.runner_creation_timeout, Duration::from_secs(300));
+        assert_eq!(f.watch_namespace.as_deref(), Some("team-a"));
+        let e = Flags::try_parse_from([
+            "tfops-manager",
+            "--runner-pod-image",
+            "r:1",
+            "--runner-creation-timeout",
+            "soon",
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("--runner-creation-timeout"), "{e}");
+        let e = Flags::try_parse_from(["tfops-manager", "--concurent", "2"]).unwrap_err();
+        assert!(e.to_string().contains("--concurrent"), "a suggestion: {e}");
+    }
+}
