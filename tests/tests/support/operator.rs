@@ -52,6 +52,29 @@ pub struct Operator {
     _dirs: Vec<tempfile::TempDir>,
 }
 
+/// Binds `role` (a `kind`: Role or ClusterRole) to the ServiceAccount `account` of `namespace`
+/// with the RoleBinding `name` there.
+async fn bind(
+    admin: &kube::Client,
+    namespace: &str,
+    name: &str,
+    kind: &str,
+    role: &str,
+    account: &str,
+) {
+    Api::<RoleBinding>::namespaced(admin.clone(), namespace)
+        .create(
+            &PostParams::default(),
+            &super::from_json(json!({
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+            })),
+        )
+        .await
+        .unwrap();
+}
+
 /// A kubeconfig file authenticating with `token`, in a fresh directory.
 fn kubeconfig_dir_for(cluster: &LoopbackCluster, token: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -117,17 +140,15 @@ impl Operator {
             )
             .await
             .unwrap();
-        Api::<RoleBinding>::namespaced(admin.clone(), "team-a")
-            .create(
-                &pp,
-                &super::from_json(json!({
-                    "metadata": {"name": "tf-runner"},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tfops-runner"},
-                    "subjects": [{"kind": "ServiceAccount", "name": "tf-runner"}],
-                })),
-            )
-            .await
-            .unwrap();
+        bind(
+            &admin,
+            "team-a",
+            "tf-runner",
+            "ClusterRole",
+            "tfops-runner",
+            "tf-runner",
+        )
+        .await;
         let leader: k8s_openapi::api::rbac::v1::Role = serde_yaml_ng::from_str(
             &std::fs::read_to_string(
                 PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -140,17 +161,15 @@ impl Operator {
             .create(&pp, &leader)
             .await
             .unwrap();
-        Api::<RoleBinding>::namespaced(admin.clone(), "tfops-system")
-            .create(
-                &pp,
-                &super::from_json(json!({
-                    "metadata": {"name": "tfops-leader-election"},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tfops-leader-election"},
-                    "subjects": [{"kind": "ServiceAccount", "name": "tfops-controller", "namespace": "tfops-system"}],
-                })),
-            )
-            .await
-            .unwrap();
+        bind(
+            &admin,
+            "tfops-system",
+            "tfops-leader-election",
+            "Role",
+            "tfops-leader-election",
+            "tfops-controller",
+        )
+        .await;
         let token = cluster
             .service_account_token("tfops-system", "tfops-controller")
             .unwrap();

@@ -73,6 +73,18 @@ async fn terminated() {
     }
 }
 
+/// The manager's `main`: flags from the command line and environment, logs, [`run`].
+///
+/// # Errors
+/// As [`run`]; bad flags end the process with clap's message.
+pub async fn main() -> anyhow::Result<()> {
+    use clap::Parser;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let flags = Flags::parse();
+    init_logs(flags.log_format);
+    run(flags).await
+}
+
 /// Runs the manager until SIGTERM (or lost leadership).
 ///
 /// # Errors
