@@ -73,85 +73,94 @@ impl ObjectWriter for KubeObjectWriter {
     }
 
     async fn add_finalizer(&self, object: &ObjectKey) -> Result<(), PortError> {
-        let api = self.api(object);
         let doing = format!("adding the finalizer to {object}");
-        for _ in 0..PATCH_ATTEMPTS {
-            let current = api
-                .get(&object.name)
-                .await
-                .map_err(|e| port_error(&doing, e))?;
+        let gone = |_: &ObjectKey| Err(PortError::NotFound(format!("{object} does not exist")));
+        self.patch_until_settled(object, &doing, gone, |current| {
             let meta = &current.metadata;
-            let finalizers = meta.finalizers.clone().unwrap_or_default();
-            if finalizers.iter().any(|f| f == FINALIZER) {
-                return Ok(());
+            if meta.finalizers.iter().flatten().any(|f| f == FINALIZER) {
+                return Ok(None);
             }
             if meta.deletion_timestamp.is_some() {
                 // The API server refuses new finalizers on an object being deleted.
                 return Err(PortError::NotFound(format!("{object} is being deleted")));
             }
             let rv = meta.resource_version.clone().unwrap_or_default();
-            let patch = if meta.finalizers.is_none() {
-                json!([
-                    {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-                    {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
-                ])
+            let add = if meta.finalizers.is_none() {
+                json!({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]})
             } else {
-                json!([
-                    {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-                    {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
-                ])
+                json!({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER})
             };
-            match api
-                .patch(
-                    &object.name,
-                    &PatchParams::default(),
-                    &Patch::Json::<()>(json_patch(patch)?),
-                )
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(e) if changed_under_us(&e) => continue,
-                Err(e) => return Err(port_error(&doing, e)),
-            }
-        }
-        Err(PortError::Unavailable(format!(
-            "{doing}: the object kept changing ({PATCH_ATTEMPTS} attempts)"
-        )))
+            Ok(Some(json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+                add,
+            ])))
+        })
+        .await
     }
 
     async fn remove_finalizer(&self, object: &ObjectKey) -> Result<(), PortError> {
-        let api = self.api(object);
         let doing = format!("removing the finalizer of {object}");
+        self.patch_until_settled(
+            object,
+            &doing,
+            |_| Ok(()),
+            |current| {
+                let meta = &current.metadata;
+                let Some(i) = meta
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .position(|f| f == FINALIZER)
+                else {
+                    return Ok(None);
+                };
+                let uid = meta.uid.clone().unwrap_or_default();
+                let path = format!("/metadata/finalizers/{i}");
+                Ok(Some(json!([
+                    {"op": "test", "path": "/metadata/uid", "value": uid},
+                    {"op": "test", "path": path, "value": FINALIZER},
+                    {"op": "remove", "path": path},
+                ])))
+            },
+        )
+        .await
+    }
+}
+
+impl KubeObjectWriter {
+    /// Reads the object and applies the JSON patch `plan` makes of it (`None`: nothing to do),
+    /// again from a fresh read when the object changed in between (the patch's `test`s
+    /// failed), at most [`PATCH_ATTEMPTS`] times. `absent` answers for an object that is gone.
+    async fn patch_until_settled(
+        &self,
+        object: &ObjectKey,
+        doing: &str,
+        absent: impl Fn(&ObjectKey) -> Result<(), PortError>,
+        plan: impl Fn(&Terraform) -> Result<Option<serde_json::Value>, PortError>,
+    ) -> Result<(), PortError> {
+        let api = self.api(object);
         for _ in 0..PATCH_ATTEMPTS {
             let current = match api.get(&object.name).await {
                 Ok(o) => o,
-                Err(e) if is_not_found(&e) => return Ok(()),
-                Err(e) => return Err(port_error(&doing, e)),
+                Err(e) if is_not_found(&e) => return absent(object),
+                Err(e) => return Err(port_error(doing, e)),
             };
-            let meta = &current.metadata;
-            let finalizers = meta.finalizers.clone().unwrap_or_default();
-            let Some(i) = finalizers.iter().position(|f| f == FINALIZER) else {
+            let Some(patch) = plan(&current)? else {
                 return Ok(());
             };
-            let uid = meta.uid.clone().unwrap_or_default();
-            let path = format!("/metadata/finalizers/{i}");
-            let patch = json!([
-                {"op": "test", "path": "/metadata/uid", "value": uid},
-                {"op": "test", "path": path, "value": FINALIZER},
-                {"op": "remove", "path": path},
-            ]);
+            let params = PatchParams::default();
             match api
                 .patch(
                     &object.name,
-                    &PatchParams::default(),
+                    &params,
                     &Patch::Json::<()>(json_patch(patch)?),
                 )
                 .await
             {
                 Ok(_) => return Ok(()),
-                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if is_not_found(&e) => return absent(object),
                 Err(e) if changed_under_us(&e) => continue,
-                Err(e) => return Err(port_error(&doing, e)),
+                Err(e) => return Err(port_error(doing, e)),
             }
         }
         Err(PortError::Unavailable(format!(
