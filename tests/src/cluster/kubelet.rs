@@ -672,9 +672,18 @@ fn remove(shared: &Shared, state: &State, pod: &Value) {
         }
     }
     lock(&state.started).remove(&uid);
-    if let Some(log) = lock(&state.logs).remove(&pod_ref(&ns, &pname))
-        && let Some(dir) = log.parent()
-    {
-        let _ = std::fs::remove_dir_all(dir);
+    // Logs are kept by name (for `pods/log`), and a new Pod of the same name may already run:
+    // only this Pod's entry and directory (named by its uid) go.
+    let mut logs = lock(&state.logs);
+    let key = pod_ref(&ns, &pname);
+    let ours = logs
+        .get(&key)
+        .and_then(|log| log.parent())
+        .is_some_and(|dir| dir.to_string_lossy().ends_with(&format!("_{uid}")));
+    if ours && let Some(log) = logs.remove(&key) {
+        drop(logs);
+        if let Some(dir) = log.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
