@@ -16,17 +16,22 @@ fn checked_in() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/crd/infra.argocd.io_terraforms.yaml")
 }
 
-#[test]
-fn the_checked_in_crd_is_the_generated_one() {
-    let generated = tfops_kube::crd_yaml().unwrap();
+/// Fails when `path` is not `generated` (`TFOPS_UPDATE_CRD=1` rewrites it first).
+fn assert_checked_in(path: &std::path::Path, generated: &str) {
     if std::env::var_os("TFOPS_UPDATE_CRD").is_some() {
-        std::fs::write(checked_in(), &generated).unwrap();
+        std::fs::write(path, generated).unwrap();
     }
-    let file = std::fs::read_to_string(checked_in()).unwrap_or_default();
+    let file = std::fs::read_to_string(path).unwrap_or_default();
     assert!(
         file == generated,
-        "config/crd/infra.argocd.io_terraforms.yaml is stale: run TFOPS_UPDATE_CRD=1 cargo test -p tfops-kube --test crd"
+        "{} is stale: run TFOPS_UPDATE_CRD=1 cargo test -p tfops-kube --test crd",
+        path.display()
     );
+}
+
+#[test]
+fn the_checked_in_crd_is_the_generated_one() {
+    assert_checked_in(&checked_in(), &tfops_kube::crd_yaml().unwrap());
 }
 
 async fn client(cluster: &LoopbackCluster) -> kube::Client {
@@ -105,14 +110,9 @@ fn checked_in_policy_crd() -> PathBuf {
 
 #[test]
 fn the_checked_in_policy_crd_is_the_generated_one() {
-    let generated = tfops_kube::policy_crd_yaml().unwrap();
-    if std::env::var_os("TFOPS_UPDATE_CRD").is_some() {
-        std::fs::write(checked_in_policy_crd(), &generated).unwrap();
-    }
-    let file = std::fs::read_to_string(checked_in_policy_crd()).unwrap_or_default();
-    assert!(
-        file == generated,
-        "config/crd/infra.argocd.io_terraformpolicies.yaml is stale: run TFOPS_UPDATE_CRD=1 cargo test -p tfops-kube --test crd"
+    assert_checked_in(
+        &checked_in_policy_crd(),
+        &tfops_kube::policy_crd_yaml().unwrap(),
     );
 }
 

@@ -63,7 +63,7 @@ pub async fn widgets_served(client: &kube::Client) {
 /// Terraform's kubernetes backend: Secrets get/list/create/update/delete, Leases
 /// get/create/update/delete.
 pub async fn grant_state_backend(client: &kube::Client, namespace: &str, account: &str) {
-    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    use k8s_openapi::api::rbac::v1::Role;
     let pp = PostParams::default();
     Api::<Role>::namespaced(client.clone(), namespace)
         .create(
@@ -80,17 +80,7 @@ pub async fn grant_state_backend(client: &kube::Client, namespace: &str, account
         )
         .await
         .unwrap();
-    Api::<RoleBinding>::namespaced(client.clone(), namespace)
-        .create(
-            &pp,
-            &from_json(json!({
-                "metadata": {"name": "tf-state"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tf-state"},
-                "subjects": [{"kind": "ServiceAccount", "name": account}],
-            })),
-        )
-        .await
-        .unwrap();
+    bind(client, namespace, "tf-state", "Role", "tf-state", account).await;
 }
 
 /// Creates the namespace `name`.
@@ -227,38 +217,56 @@ pub fn runner_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_runner-pod"))
 }
 
-/// The RBAC of a runner's ServiceAccount in its namespace, as tfops documents it: the state
-/// backend's Secrets and Leases, and the plan and outputs objects the runner writes itself
-/// (server-side apply is `patch`).
+/// A ClusterRole of `config/rbac/` (what tfops ships), by file name.
+pub fn shipped_cluster_role(file: &str) -> k8s_openapi::api::rbac::v1::ClusterRole {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../config/rbac")
+        .join(file);
+    serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// Binds `role` (`kind` Role or ClusterRole) to the ServiceAccount `account` of `namespace`,
+/// with the RoleBinding `name` there.
+pub async fn bind(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    kind: &str,
+    role: &str,
+    account: &str,
+) {
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), namespace)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+/// Gives the ServiceAccount `account` of `namespace` the runner's role as tfops ships it
+/// (`config/rbac/runner.yaml`, created once).
 pub async fn grant_runner(client: &kube::Client, namespace: &str, account: &str) {
-    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-    let pp = PostParams::default();
-    Api::<Role>::namespaced(client.clone(), namespace)
-        .create(
-            &pp,
-            &from_json(json!({
-                "metadata": {"name": "tf-runner"},
-                "rules": [
-                    {"apiGroups": [""], "resources": ["secrets", "configmaps"],
-                     "verbs": ["get", "list", "create", "update", "patch", "delete"]},
-                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                     "verbs": ["get", "create", "update", "delete"]},
-                ],
-            })),
-        )
-        .await
-        .unwrap();
-    Api::<RoleBinding>::namespaced(client.clone(), namespace)
-        .create(
-            &pp,
-            &from_json(json!({
-                "metadata": {"name": "tf-runner"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tf-runner"},
-                "subjects": [{"kind": "ServiceAccount", "name": account}],
-            })),
-        )
-        .await
-        .unwrap();
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+    if roles.get_opt("tfops-runner").await.unwrap().is_none() {
+        roles
+            .create(&PostParams::default(), &shipped_cluster_role("runner.yaml"))
+            .await
+            .unwrap();
+    }
+    bind(
+        client,
+        namespace,
+        "tf-runner",
+        "ClusterRole",
+        "tfops-runner",
+        account,
+    )
+    .await;
 }
 
 /// A loopback cluster whose kubelet runs the runner image as this workspace's

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::await_condition;
@@ -52,42 +52,12 @@ pub struct Operator {
     _dirs: Vec<tempfile::TempDir>,
 }
 
-/// Binds `role` (a `kind`: Role or ClusterRole) to the ServiceAccount `account` of `namespace`
-/// with the RoleBinding `name` there.
-async fn bind(
-    admin: &kube::Client,
-    namespace: &str,
-    name: &str,
-    kind: &str,
-    role: &str,
-    account: &str,
-) {
-    Api::<RoleBinding>::namespaced(admin.clone(), namespace)
-        .create(
-            &PostParams::default(),
-            &super::from_json(json!({
-                "metadata": {"name": name},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
-            })),
-        )
-        .await
-        .unwrap();
-}
-
 /// A kubeconfig file authenticating with `token`, in a fresh directory.
 fn kubeconfig_dir_for(cluster: &LoopbackCluster, token: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubeconfig");
     std::fs::write(&path, cluster.kubeconfig_for(token)).unwrap();
     (dir, path)
-}
-
-fn rbac(file: &str) -> ClusterRole {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../config/rbac")
-        .join(file);
-    serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
 impl Operator {
@@ -127,8 +97,10 @@ impl Operator {
         account("tfops-system", "tfops-controller").await;
         account("team-a", "tf-runner").await;
         let roles: Api<ClusterRole> = Api::all(admin.clone());
-        roles.create(&pp, &rbac("controller.yaml")).await.unwrap();
-        roles.create(&pp, &rbac("runner.yaml")).await.unwrap();
+        roles
+            .create(&pp, &super::shipped_cluster_role("controller.yaml"))
+            .await
+            .unwrap();
         Api::<ClusterRoleBinding>::all(admin.clone())
             .create(
                 &pp,
@@ -140,15 +112,7 @@ impl Operator {
             )
             .await
             .unwrap();
-        bind(
-            &admin,
-            "team-a",
-            "tf-runner",
-            "ClusterRole",
-            "tfops-runner",
-            "tf-runner",
-        )
-        .await;
+        super::grant_runner(&admin, "team-a", "tf-runner").await;
         let leader: k8s_openapi::api::rbac::v1::Role = serde_yaml_ng::from_str(
             &std::fs::read_to_string(
                 PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -161,7 +125,7 @@ impl Operator {
             .create(&pp, &leader)
             .await
             .unwrap();
-        bind(
+        super::bind(
             &admin,
             "tfops-system",
             "tfops-leader-election",
