@@ -249,9 +249,13 @@ async fn a_runner_pod_runs_a_whole_run_as_its_service_account() {
         .logs("vpc-tf-runner", &LogParams::default())
         .await
         .unwrap();
+    let serving = log
+        .lines()
+        .find(|l| l.contains("serving"))
+        .unwrap_or_default();
     assert!(
-        log.contains("tfops-runner vpc-tf-runner in team-a: serving"),
-        "{log}"
+        serving.contains("pod=vpc-tf-runner") && serving.contains("namespace=team-a"),
+        "the runner's log line names its Pod: {log}"
     );
     drop(session);
 
@@ -290,7 +294,7 @@ async fn faults_end_as_a_kubelet_reports_them() {
     let p = wait_for(&pods, "killed", "terminated", |p| terminated(p).is_some()).await;
     let t = terminated(&p).unwrap();
     assert_eq!((t.exit_code, t.reason.as_deref()), (137, Some("Error")));
-    assert!(t.message.unwrap_or_default().contains("serving on"));
+    assert!(t.message.unwrap_or_default().contains("serving"));
     assert_eq!(p.status.unwrap().phase.as_deref(), Some("Failed"));
 
     // OOM-killed.

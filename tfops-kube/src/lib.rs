@@ -10,6 +10,7 @@
 //!   [`runner_stores`]: what a runner Pod writes plans and outputs with.
 //! - [`controller`]: the `kube::runtime` controller around the core's driver.
 
+pub mod actions;
 pub mod controller;
 pub mod credentials;
 pub mod error;

@@ -312,7 +312,10 @@ impl KubePlanStore {
         let bytes = tfops_core::plan::decode_to_vec(index, ordered, &self.binary)
             .map_err(|e| damaged(object, &format!("the plan: {e}")))?;
         let (binary, json) = unbundle(&bytes).map_err(|e| damaged(object, &e))?;
-        let Some(readable) = self.read_readable(object, workspace, &meta).await? else {
+        let Some((_, readable)) = self
+            .read_readable(object, workspace, Some(&meta.readable_upload))
+            .await?
+        else {
             return Ok(Err(()));
         };
         Ok(Ok(Some(StoredPlan {
@@ -324,23 +327,62 @@ impl KubePlanStore {
         })))
     }
 
-    /// The readable plan of the upload `meta` names; `None` when another upload replaced it.
+    /// The readable plan in the ConfigMaps alone, for people who may read those and not the
+    /// plan's Secrets (approvers, `tfops plan show`): its plan id and text; `None` when there
+    /// is none.
+    ///
+    /// # Errors
+    /// The API's error; a plan that keeps changing while it is read; damaged objects.
+    pub async fn readable(
+        &self,
+        object: &ObjectKey,
+        workspace: &str,
+    ) -> Result<Option<(String, String)>, PortError> {
+        let head_name = readable_plan_name(workspace, &object.name);
+        for _ in 0..READ_ATTEMPTS {
+            if let Some(found) = self.read_readable(object, workspace, None).await? {
+                return Ok(Some(found));
+            }
+            // No plan at all, or one replaced while it was read (then read it again).
+            match self.config_maps(object).get_opt(&head_name).await {
+                Ok(None) => return Ok(None),
+                Ok(Some(_)) => {}
+                Err(e) => {
+                    let doing = format!("reading plan ConfigMap {}/{head_name}", object.namespace);
+                    return Err(port_error(&doing, e));
+                }
+            }
+        }
+        Err(PortError::Unavailable(format!(
+            "the plan of {object} kept changing while it was read ({READ_ATTEMPTS} attempts)"
+        )))
+    }
+
+    /// The plan id and readable plan of upload `expected` (any when `None`); `None` when
+    /// another upload replaced it.
     async fn read_readable(
         &self,
         object: &ObjectKey,
         workspace: &str,
-        meta: &Meta,
-    ) -> Result<Option<String>, PortError> {
+        expected: Option<&str>,
+    ) -> Result<Option<(String, String)>, PortError> {
         let head_name = readable_plan_name(workspace, &object.name);
         let maps = self.config_maps(object);
         let reading = |name: &str| format!("reading plan ConfigMap {}/{name}", object.namespace);
-        let head = match maps.get(&head_name).await {
-            Ok(m) => map_data(&m),
+        let (head, plan_id) = match maps.get(&head_name).await {
+            Ok(m) => {
+                let id = m
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ANNOTATION_PLAN_ID));
+                (map_data(&m), id.cloned().unwrap_or_default())
+            }
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) => return Err(port_error(&reading(&head_name), e)),
         };
         let index: PlanIndex = json_key(&head, KEY_INDEX).map_err(|e| damaged(object, &e))?;
-        if index.upload_id != meta.readable_upload {
+        if expected.is_some_and(|u| u != index.upload_id) {
             return Ok(None);
         }
         let mut chunks = Vec::new();
@@ -366,7 +408,7 @@ impl KubePlanStore {
         let bytes = tfops_core::plan::decode_to_vec(index, ordered, &self.readable)
             .map_err(|e| damaged(object, &format!("the readable plan: {e}")))?;
         String::from_utf8(bytes)
-            .map(Some)
+            .map(|text| Some((plan_id, text)))
             .map_err(|_| damaged(object, "the readable plan is not UTF-8"))
     }
 }

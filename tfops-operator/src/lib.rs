@@ -7,8 +7,10 @@
 //! binary of runner Pods; and the manager process ([`manager`]: flags, logs, metrics and
 //! health endpoints, leader election).
 
+pub mod cli;
 pub mod cluster;
 pub mod local;
+pub mod logs;
 pub mod manager;
 pub mod policy_test;
 pub mod runner_process;

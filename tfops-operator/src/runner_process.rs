@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+use crate::logs::LogFormat;
+
 /// The Kubernetes client of the Pod's identity, when there is one.
 async fn cluster_client() -> anyhow::Result<Option<kube::Client>> {
     let config = if let Some(path) = std::env::var_os("TFOPS_KUBECONFIG") {
@@ -26,19 +28,49 @@ async fn cluster_client() -> anyhow::Result<Option<kube::Client>> {
     ))
 }
 
-/// Runs the runner process with `argv` (without the program name) until SIGTERM.
+/// The runner process's command line: [`tfops_runner::process::Args`] and the log format.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunnerCommand {
+    /// The runner's own flags.
+    #[command(flatten)]
+    pub args: tfops_runner::process::Args,
+    /// Log format (`json` in a runner Pod, set by the controller).
+    #[arg(long, env = "TFOPS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// `tfops-runner`: the runner's flags and `--log-format`.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "tfops-runner",
+    version,
+    about = "The tfops runner: runs Terraform or OpenTofu for the tfops controller, over gRPC with mutual TLS"
+)]
+struct RunnerBinary {
+    #[command(flatten)]
+    command: RunnerCommand,
+}
+
+/// The `tfops-runner` binary's `main`: flags (clap ends the process on `--help` or a bad
+/// flag), logs, [`run`].
 ///
 /// # Errors
-/// Bad flags, TLS files, a Kubernetes configuration that cannot be read, serving.
-pub async fn main(argv: &[String]) -> anyhow::Result<()> {
-    let Some(args) = tfops_runner::process::parse_args(argv)? else {
-        println!("{}", tfops_runner::process::USAGE);
-        return Ok(());
-    };
+/// As [`run`].
+pub async fn main() -> anyhow::Result<()> {
+    use clap::Parser;
+    run(RunnerBinary::parse().command).await
+}
+
+/// Runs the runner process until SIGTERM, with the Kubernetes stores when in a cluster.
+///
+/// # Errors
+/// TLS files, a Kubernetes configuration that cannot be read, serving.
+pub async fn run(command: RunnerCommand) -> anyhow::Result<()> {
+    crate::logs::init(command.log_format, "info");
     let stores = cluster_client().await?.map(|client| {
         Arc::new(tfops_kube::KubeRunnerStores::new(client)) as Arc<dyn tfops_runner::stores::Stores>
     });
-    tfops_runner::process::run_with(args, stores)
+    tfops_runner::process::run_with(command.args, stores)
         .await
         .context("tfops-runner")
 }

@@ -10,9 +10,6 @@ use crate::server::{RunnerConfig, RunnerService, find_binary};
 /// Why the runner process could not start or serve.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
-    /// A flag is unknown, lacks its value, or has a bad one.
-    #[error("{0} (see --help)")]
-    Usage(String),
     /// A TLS file could not be read.
     #[error("reading {path}")]
     Tls {
@@ -41,74 +38,52 @@ pub enum ProcessError {
     Serve(#[from] tonic::transport::Error),
 }
 
-/// The runner's flags.
-#[derive(Debug, Clone)]
+fn seconds(text: &str) -> Result<Duration, String> {
+    text.parse::<u64>()
+        .map(Duration::from_secs)
+        .map_err(|_| format!("a number of seconds, not {text:?}"))
+}
+
+/// The runner's flags (`tfops-runner --help`).
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "tfops-runner",
+    version,
+    about = "The tfops runner: runs Terraform or OpenTofu for the tfops controller, over gRPC with mutual TLS"
+)]
 pub struct Args {
-    /// `--grpc-port` (default 30000).
+    /// The gRPC port (tofu-controller's runners use 30000 as well).
+    #[arg(long = "grpc-port", default_value_t = 30000)]
     pub port: u16,
-    /// `--listen` address (default `TFOPS_LISTEN`, else `0.0.0.0`; local mode uses
-    /// `127.0.0.1`).
+    /// The address to listen on. A Pod binds every address of its own network namespace; the
+    /// loopback cluster's kubelet, running Pods as plain processes, names each its own.
+    #[arg(long, env = "TFOPS_LISTEN", default_value = "0.0.0.0")]
     pub listen: String,
-    /// `--tls-dir` with `tls.crt`, `tls.key`, `ca.crt`.
+    /// The directory with `tls.crt`, `tls.key` and `ca.crt` (the controller's CA bundle).
+    #[arg(long, default_value = "/run/tfops/tls")]
     pub tls_dir: PathBuf,
-    /// `--grpc-max-message-size`.
+    /// The largest gRPC message, in bytes (plan files travel in one).
+    #[arg(long = "grpc-max-message-size", default_value_t = DEFAULT_MAX_MESSAGE)]
     pub max_message: usize,
-    /// `--workdir-root` (default the temp directory).
+    /// Where working directories are made (default: the temp directory).
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
     pub workdir_root: PathBuf,
-    /// `--binary auto|terraform|tofu` (default `TFOPS_BINARY` or `auto`).
+    /// Which binary runs the configuration: `auto` prefers `tofu`, then `terraform`.
+    #[arg(long, env = "TFOPS_BINARY", default_value = "auto")]
     pub binary: String,
-    /// `--grace-period` seconds for Terraform after SIGTERM.
+    /// Seconds Terraform is given to stop (and release its state lock) after SIGTERM.
+    #[arg(long = "grace-period", default_value = "25", value_parser = seconds)]
     pub grace: Duration,
 }
 
-/// The usage line.
-pub const USAGE: &str = "tfops-runner --grpc-port 30000 --tls-dir DIR [--listen ADDR] [--grpc-max-message-size BYTES] [--workdir-root DIR] [--binary auto|terraform|tofu] [--grace-period SECONDS]";
-
-/// Parses flags (without the program name). `Ok(None)` for `--help`.
+/// Parses flags (without the program name).
 ///
 /// # Errors
-/// [`ProcessError::Usage`].
-pub fn parse_args(argv: &[String]) -> Result<Option<Args>, ProcessError> {
-    let mut args = Args {
-        port: 30000,
-        // A Pod binds every address of its own network namespace; the loopback cluster's
-        // kubelet, running Pods as plain processes, names each its own address instead.
-        listen: std::env::var("TFOPS_LISTEN").unwrap_or_else(|_| "0.0.0.0".into()),
-        tls_dir: PathBuf::from("/run/tfops/tls"),
-        max_message: DEFAULT_MAX_MESSAGE,
-        workdir_root: std::env::temp_dir(),
-        binary: std::env::var("TFOPS_BINARY").unwrap_or_else(|_| "auto".into()),
-        grace: Duration::from_secs(25),
-    };
-    let mut it = argv.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| ProcessError::Usage(format!("{flag} needs a value")))
-        };
-        let number = |v: String| -> Result<u64, ProcessError> {
-            v.parse()
-                .map_err(|_| ProcessError::Usage(format!("{flag} takes a number, not {v:?}")))
-        };
-        match flag.as_str() {
-            "--grpc-port" => {
-                args.port = u16::try_from(number(value()?)?)
-                    .map_err(|_| ProcessError::Usage("--grpc-port is a port number".into()))?
-            }
-            "--listen" => args.listen = value()?,
-            "--tls-dir" => args.tls_dir = value()?.into(),
-            "--grpc-max-message-size" => {
-                args.max_message = usize::try_from(number(value()?)?).unwrap_or(usize::MAX)
-            }
-            "--workdir-root" => args.workdir_root = value()?.into(),
-            "--binary" => args.binary = value()?,
-            "--grace-period" => args.grace = Duration::from_secs(number(value()?)?),
-            "--help" | "-h" => return Ok(None),
-            other => return Err(ProcessError::Usage(format!("unknown flag {other}"))),
-        }
-    }
-    Ok(Some(args))
+/// clap's error: usage, an unknown flag (with a suggestion), a bad value, or `--help` /
+/// `--version` (print it with [`clap::Error::exit`]).
+pub fn parse_args(argv: &[String]) -> Result<Args, clap::Error> {
+    use clap::Parser;
+    Args::try_parse_from(std::iter::once("tfops-runner".to_string()).chain(argv.iter().cloned()))
 }
 
 /// Serves until SIGTERM or SIGINT, then cancels running commands and returns.
@@ -148,7 +123,7 @@ pub async fn run_with(
         .unwrap_or_else(|| args.workdir_root.clone());
     let service = RunnerService::new(RunnerConfig {
         program,
-        binary,
+        binary: binary.clone(),
         workdir_root: args.workdir_root.clone(),
         home,
         grace: args.grace,
@@ -168,10 +143,13 @@ pub async fn run_with(
         })?;
     let pod = std::env::var("POD_NAME").unwrap_or_default();
     let namespace = std::env::var("POD_NAMESPACE").unwrap_or_default();
-    eprintln!(
-        "tfops-runner {pod} in {namespace}: serving on {}:{}",
-        args.listen,
-        listener.local_addr().map(|a| a.port()).unwrap_or(args.port)
+    tracing::info!(
+        pod = %pod,
+        namespace = %namespace,
+        listen = %args.listen,
+        port = listener.local_addr().map(|a| a.port()).unwrap_or(args.port),
+        binary = %binary,
+        "serving"
     );
     let stopping = service.clone();
     let shutdown = async move {
@@ -184,7 +162,7 @@ pub async fn run_with(
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
-        eprintln!("tfops-runner: stopping; cancelling running commands");
+        tracing::info!("stopping: cancelling running commands");
         stopping.cancel_all();
     };
     let idle = service.clone();

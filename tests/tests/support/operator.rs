@@ -53,7 +53,7 @@ pub struct Operator {
 }
 
 /// A kubeconfig file authenticating with `token`, in a fresh directory.
-fn kubeconfig_dir_for(cluster: &LoopbackCluster, token: &str) -> (tempfile::TempDir, PathBuf) {
+pub fn kubeconfig_dir_for(cluster: &LoopbackCluster, token: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubeconfig");
     std::fs::write(&path, cluster.kubeconfig_for(token)).unwrap();

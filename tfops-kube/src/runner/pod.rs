@@ -126,6 +126,8 @@ pub fn runner_pod(
     let mut env = vec![
         json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
         json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
+        // One JSON object per line, as the manager's logs in a Pod.
+        json!({"name": "TFOPS_LOG_FORMAT", "value": "json"}),
     ];
     env.extend(
         settings
@@ -296,7 +298,15 @@ mod tests {
             .iter()
             .map(|e| e["name"].as_str().unwrap())
             .collect();
-        assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "HTTPS_PROXY"]);
+        assert_eq!(
+            env,
+            [
+                "POD_NAME",
+                "POD_NAMESPACE",
+                "TFOPS_LOG_FORMAT",
+                "HTTPS_PROXY"
+            ]
+        );
         let mounts: Vec<&str> = c["volumeMounts"]
             .as_array()
             .unwrap()
@@ -357,8 +367,8 @@ mod tests {
         );
         assert_eq!(c["resources"]["limits"]["memory"], "2Gi");
         assert_eq!(c["envFrom"][0]["secretRef"]["name"], "aws-creds");
-        assert_eq!(c["env"][2]["name"], "HTTPS_PROXY");
-        assert_eq!(c["env"][3]["name"], "TF_LOG");
+        assert_eq!(c["env"][3]["name"], "HTTPS_PROXY");
+        assert_eq!(c["env"][4]["name"], "TF_LOG");
         assert_eq!(c["volumeMounts"][3]["mountPath"], "/etc/ssl/corp");
         assert_eq!(spec["volumes"][3]["name"], "ca");
         let args: Vec<&str> = c["args"]

@@ -2,6 +2,5 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    tfops_operator::runner_process::main(&argv).await
+    tfops_operator::runner_process::main().await
 }

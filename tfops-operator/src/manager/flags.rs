@@ -5,16 +5,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{ArgAction, Parser, ValueEnum};
+use clap::{ArgAction, Parser};
 
-/// How logs are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// One JSON object per line (the default in a Pod).
-    Json,
-    /// Readable lines for a terminal.
-    Text,
-}
+use crate::logs::LogFormat;
 
 fn go_duration(text: &str) -> Result<Duration, String> {
     tfops_core::duration::parse(text).map_err(|e| e.to_string())

@@ -19,21 +19,7 @@ use tfops_kube::controller::Observer;
 use tfops_kube::runner::pki::Validity;
 
 use crate::cluster::ClusterOptions;
-use flags::{Flags, LogFormat};
-
-/// Installs the log subscriber: JSON lines or readable text, filtered by `RUST_LOG`
-/// (default `info`).
-pub fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
-}
+use flags::Flags;
 
 /// The controller's options from the flags.
 pub fn options(flags: &Flags, identity: &str, metrics: Arc<metrics::Metrics>) -> ClusterOptions {
@@ -81,7 +67,7 @@ pub async fn main() -> anyhow::Result<()> {
     use clap::Parser;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let flags = Flags::parse();
-    init_logs(flags.log_format);
+    crate::logs::init(flags.log_format, "info");
     run(flags).await
 }
 

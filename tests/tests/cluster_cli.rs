@@ -1,0 +1,216 @@
+//! The `tfops` CLI against the operator in the loopback cluster, run as a person holding only
+//! the shipped approver role (`config/rbac/approver.yaml`): `get`, `plan show` (from the
+//! ConfigMaps alone), `approve` (a stale id refused, the pending one applied), `replan`,
+//! `reconcile`, `suspend`, `resume`, `unlock` with nothing locked, and the messages for a
+//! missing object, a missing CRD and an RBAC denial.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use support::operator::{Operator, kubeconfig_dir_for, ready_with};
+
+/// Runs the CLI with `kubeconfig`: exit code, stdout, stderr.
+fn tfops(kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tfops-cli"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The annotations of `app` now.
+async fn annotations(op: &Operator) -> std::collections::BTreeMap<String, String> {
+    let t = op.terraforms().get("app").await.unwrap();
+    t.metadata.annotations.unwrap_or_default()
+}
+
+fn pending(t: &tfops_kube::Terraform) -> String {
+    t.status
+        .as_ref()
+        .map(|s| s.plan.pending.clone())
+        .unwrap_or_default()
+}
+
+/// A kubeconfig of a new ServiceAccount `name` in `team-a`, holding the approver role there
+/// when `approver`.
+async fn person(
+    op: &Operator,
+    name: &str,
+    approver: bool,
+) -> (tempfile::TempDir, std::path::PathBuf) {
+    Api::<ServiceAccount>::namespaced(op.admin.clone(), "team-a")
+        .create(
+            &PostParams::default(),
+            &support::from_json(json!({"metadata": {"name": name}})),
+        )
+        .await
+        .unwrap();
+    if approver {
+        let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(op.admin.clone());
+        if roles.get_opt("tfops-approver").await.unwrap().is_none() {
+            roles
+                .create(
+                    &PostParams::default(),
+                    &support::shipped_cluster_role("approver.yaml"),
+                )
+                .await
+                .unwrap();
+        }
+        support::bind(
+            &op.admin,
+            "team-a",
+            name,
+            "ClusterRole",
+            "tfops-approver",
+            name,
+        )
+        .await;
+    }
+    let token = op.cluster.service_account_token("team-a", name).unwrap();
+    kubeconfig_dir_for(&op.cluster, &token)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_person_with_the_approver_role_reviews_approves_and_steers_objects() {
+    let op = Operator::start().await;
+    let (_alice_dir, alice) = person(&op, "alice", true).await;
+    op.apply(&op.manifest("app", json!({})));
+    let t = op
+        .wait_for("app", "waited for approval", 120, |t| {
+            ready_with(t, "TerraformPlannedWithChanges") && !pending(t).is_empty()
+        })
+        .await;
+    let plan = pending(&t);
+
+    let (code, out, err) = tfops(&alice, &["get", "-n", "team-a"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("PENDING PLAN"),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("app ")
+            && lines[1].contains("TerraformPlannedWithChanges")
+            && lines[1].contains(&plan),
+        "{out}"
+    );
+    // Bound in team-a only: every namespace is refused, with the API server's words.
+    let (code, _, err) = tfops(&alice, &["get", "-A"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("forbidden") && err.contains("cannot list resource \"terraforms\""),
+        "{err}"
+    );
+    let (code, out, err) = tfops(&alice, &["get", "-n", "team-a", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed[0]["metadata"]["name"], "app");
+
+    // The readable plan, read with no access to Secrets.
+    let (code, out, err) = tfops(&alice, &["plan", "show", "app", "-n", "team-a"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("terraform_data.x") && out.contains("will be created"),
+        "{out}"
+    );
+    assert!(err.contains(&plan), "{err}");
+
+    // A stale id is refused and nothing changes.
+    let (code, _, err) = tfops(
+        &alice,
+        &["approve", "app", "plan-main-0123456789", "-n", "team-a"],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("is not the pending plan") && err.contains(&plan),
+        "{err}"
+    );
+    let now = op.terraforms().get("app").await.unwrap();
+    assert!(
+        !now.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("infra.argocd.io/approve"),
+        "a refused approval writes nothing"
+    );
+
+    let (code, out, err) = tfops(&alice, &["approve", "app", &plan, "-n", "team-a"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("approved plan {plan}")), "{out}");
+    let t = op
+        .wait_for("app", "applied the approved plan", 120, |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+        })
+        .await;
+    assert_eq!(t.status.as_ref().unwrap().plan.last_applied, plan);
+    let (code, _, err) = tfops(&alice, &["approve", "app", "-n", "team-a"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("team-a/app has no plan waiting for approval"),
+        "{err}"
+    );
+    let (code, _, err) = tfops(&alice, &["unlock", "app", "-n", "team-a"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("records no held state lock"), "{err}");
+
+    // Suspend and resume edit the spec; reconcile and replan set their annotations.
+    let (code, out, _) = tfops(&alice, &["suspend", "app", "-n", "team-a"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("suspended"), "{out}");
+    assert!(op.terraforms().get("app").await.unwrap().spec.suspend);
+    let (code, _, _) = tfops(&alice, &["resume", "app", "-n", "team-a"]);
+    assert_eq!(code, 0);
+    assert!(!op.terraforms().get("app").await.unwrap().spec.suspend);
+    let handled_before = t.status.as_ref().unwrap().last_handled_replan_at.clone();
+    let (code, _, err) = tfops(&alice, &["replan", "app", "-n", "team-a"]);
+    assert_eq!(code, 0, "{err}");
+    let asked = annotations(&op).await;
+    let replan = asked["infra.argocd.io/replan"].clone();
+    assert_ne!(Some(&replan), handled_before.as_ref());
+    // The replan is a request the controller handles: it records it as handled.
+    op.wait_for("app", "handled the replan", 120, move |t| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.last_handled_replan_at.as_deref())
+            == Some(replan.as_str())
+    })
+    .await;
+    let (code, _, _) = tfops(&alice, &["reconcile", "app", "-n", "team-a"]);
+    assert_eq!(code, 0);
+    let asked = annotations(&op).await;
+    assert!(asked.contains_key("infra.argocd.io/reconcile"));
+
+    // Clear messages: a missing object, an identity without the role.
+    let (code, _, err) = tfops(&alice, &["get", "nope", "-n", "team-a"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no Terraform object team-a/nope"), "{err}");
+    let (_bob_dir, bob) = person(&op, "bob", false).await;
+    let (code, _, err) = tfops(&bob, &["approve", "app", "-n", "team-a"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("forbidden") && err.contains("bob"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_the_crd_is_named_as_such() {
+    let cluster = tests::cluster::LoopbackCluster::start().await.unwrap();
+    let (_dir, kubeconfig) = support::kubeconfig_file(&cluster);
+    let (code, _, err) = tfops(&kubeconfig, &["get"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("the CRD is not installed"), "{err}");
+    let (code, _, err) = tfops(&kubeconfig, &["approve", "app"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("the CRD is not installed"), "{err}");
+}
