@@ -10,7 +10,7 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use support::operator::{Operator, kubeconfig_dir_for, ready_with};
@@ -161,6 +161,48 @@ async fn a_person_with_the_approver_role_reviews_approves_and_steers_objects() {
     assert!(
         err.contains("team-a/app has no plan waiting for approval"),
         "{err}"
+    );
+
+    // The run history: the run that planned and waited, then the approved one; newest first.
+    let (code, out, err) = tfops(&alice, &["history", "app", "-n", "team-a"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with('#') && lines[0].contains("TRIGGER"),
+        "{out}"
+    );
+    let newest = lines[1];
+    assert!(
+        newest.starts_with("1 ")
+            && newest.contains("approval")
+            && newest.contains("Succeeded")
+            && newest.contains(&plan),
+        "{out}"
+    );
+    let first = lines.last().unwrap();
+    assert!(
+        first.contains("created")
+            && first.contains("AwaitingApproval")
+            && first.contains("+1 ~0 -0"),
+        "{out}"
+    );
+    let (code, out, err) = tfops(&alice, &["logs", "app", "-n", "team-a"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("Apply complete!"),
+        "Terraform's own output: {out}"
+    );
+    let (code, _, err) = tfops(&alice, &["logs", "app", "--run", "99", "-n", "team-a"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--run takes 1 (the newest)"), "{err}");
+    let kept = Api::<ConfigMap>::namespaced(op.admin.clone(), "team-a")
+        .get("tfhistory-app")
+        .await
+        .unwrap();
+    let owner = &kept.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Terraform", "app")
     );
     let (code, _, err) = tfops(&alice, &["unlock", "app", "-n", "team-a"]);
     assert_eq!(code, 2);

@@ -19,6 +19,7 @@ pub mod api;
 pub mod conditions;
 pub mod digest;
 pub mod duration;
+pub mod history;
 pub mod inputs;
 pub mod naming;
 pub mod plan;

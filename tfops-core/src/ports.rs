@@ -356,6 +356,11 @@ pub trait RunnerSession: Send {
     fn runner(&self) -> String {
         String::new()
     }
+    /// The last lines Terraform wrote in this session (bounded, at most
+    /// [`crate::history::MAX_TAIL`] bytes), for the run history; empty when not kept.
+    fn output_tail(&self) -> String {
+        String::new()
+    }
     /// Uploads the archive and writes backend override, variables, files and CLI config.
     async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError>;
     /// `init -upgrade -input=false -force-copy`.

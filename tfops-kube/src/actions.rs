@@ -334,6 +334,20 @@ impl Actions {
         .await
     }
 
+    /// The object's last runs, newest first ([`crate::history`]).
+    ///
+    /// # Errors
+    /// Those of [`Self::get`]; the history's.
+    pub async fn history(
+        &self,
+        key: &ObjectKey,
+    ) -> Result<Vec<tfops_core::history::RunEntry>, ActionError> {
+        self.get(key).await?;
+        Ok(crate::history::KubeRunHistory::new(self.client.clone())
+            .read(key)
+            .await?)
+    }
+
     /// The pending plan as Terraform shows it, from the plan's ConfigMaps (no Secret read).
     ///
     /// # Errors

@@ -15,6 +15,7 @@ pub mod controller;
 pub mod credentials;
 pub mod error;
 pub mod events;
+pub mod history;
 pub mod inputs;
 pub mod meta;
 pub mod objects;

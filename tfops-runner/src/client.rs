@@ -438,6 +438,8 @@ pub struct Session {
     writes: bool,
     /// Receives every log line of every command.
     pub on_line: Box<dyn FnMut(&proto::LogLine) + Send>,
+    /// The last lines of every command (bounded), for the run history.
+    tail: String,
 }
 
 impl Session {
@@ -456,6 +458,7 @@ impl Session {
             next: 0,
             writes: false,
             on_line: Box::new(|_| {}),
+            tail: String::new(),
         })
     }
 
@@ -505,9 +508,16 @@ impl Session {
             let mut wait = config.reattach_backoff;
             let mut left = config.reattach_attempts;
             loop {
-                let on_line = &mut self.on_line;
+                let (on_line, tail) = (&mut self.on_line, &mut self.tail);
                 let reattaching = command.is_none() && original.is_some();
-                match self.client.run(id, command.take(), |l| on_line(l)).await {
+                let each = |l: &proto::LogLine| {
+                    tfops_core::history::append_tail(tail, &l.line);
+                    if !l.line.ends_with('\n') {
+                        tfops_core::history::append_tail(tail, "\n");
+                    }
+                    on_line(l);
+                };
+                match self.client.run(id, command.take(), each).await {
                     Err(e) if broken(&e) && left > 0 => {
                         left -= 1;
                         tokio::time::sleep(wait).await;
@@ -550,6 +560,10 @@ impl RunnerSession for Session {
 
     fn runner(&self) -> String {
         self.runner.clone()
+    }
+
+    fn output_tail(&self) -> String {
+        self.tail.clone()
     }
 
     async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {

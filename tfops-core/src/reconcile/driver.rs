@@ -47,6 +47,8 @@ pub struct RunReport {
     pub requeue_after: Option<Duration>,
     /// The status as last written.
     pub status: TerraformStatus,
+    /// The last lines Terraform wrote during this reconcile (bounded), for the run history.
+    pub output_tail: String,
 }
 
 /// Performs reconciles through a set of ports.
@@ -63,6 +65,15 @@ pub(super) struct RunState {
     pub(super) artifact: Option<Artifact>,
     pub(super) session: Option<Box<dyn RunnerSession>>,
     pub(super) outputs: BTreeMap<String, OutputValue>,
+    /// What the sessions of this run said before they ended.
+    pub(super) output_tail: String,
+}
+
+impl RunState {
+    /// Keeps what `session` said before it ends.
+    pub(super) fn keep_tail(&mut self, session: &dyn RunnerSession) {
+        crate::history::append_tail(&mut self.output_tail, &session.output_tail());
+    }
 }
 
 impl Driver {
@@ -95,7 +106,13 @@ impl Driver {
             started_at: now,
         };
         let mut state = RunState::default();
-        let result = self.run_steps(snapshot, &mut state).await;
+        let mut result = self.run_steps(snapshot, &mut state).await;
+        if let Some(session) = &state.session {
+            crate::history::append_tail(&mut state.output_tail, &session.output_tail());
+        }
+        if let Ok(report) = &mut result {
+            report.output_tail = std::mem::take(&mut state.output_tail);
+        }
         if let Some(mut session) = state.session.take() {
             // Reached only when the run stopped early (a status write failed): never leave a
             // runner behind; the next reconcile starts afresh.
@@ -134,6 +151,7 @@ impl Driver {
                     records: snapshot.progress.records,
                     requeue_after,
                     status: written,
+                    output_tail: String::new(),
                 });
             }
             let kind = decision.step.kind();

@@ -97,6 +97,7 @@ impl Driver {
             Step::HealthChecks => self.health_checks(object, state).await,
             Step::Cleanup => {
                 if let Some(mut session) = state.session.take() {
+                    state.keep_tail(session.as_ref());
                     session
                         .cleanup()
                         .await
@@ -165,6 +166,7 @@ impl Driver {
     async fn start_runner(&self, object: &TerraformObject, state: &mut RunState) -> StepResult {
         if let Some(mut attached) = state.session.take() {
             // A session attached to an earlier run is done with; this run starts afresh.
+            state.keep_tail(attached.as_ref());
             let _ = attached.cleanup().await;
         }
         let session = self

@@ -186,12 +186,39 @@ async fn reconcile_once(
     }
     let dependencies = ctx.dependencies(&object);
     let dependants = ctx.dependants(&object);
+    let started = jiff::Timestamp::now();
     let report = ctx
         .driver
         .reconcile(object.clone(), dependencies, dependants)
         .await?;
     warn_of_state_size(ctx, &object, &report).await;
+    record_run(ctx, &object, &report, started).await;
     Ok(Some(report))
+}
+
+/// Adds the run to the object's history (not once the object is released for deletion: its
+/// history goes with it). A history that cannot be written is logged, never a failed run.
+async fn record_run(
+    ctx: &Context,
+    object: &TerraformObject,
+    report: &RunReport,
+    started: jiff::Timestamp,
+) {
+    let released = report
+        .records
+        .iter()
+        .any(|r| r.step == StepKind::RemoveFinalizer && r.result.is_ok());
+    let Some(entry) = tfops_core::history::entry(object, report, started) else {
+        return;
+    };
+    if released {
+        return;
+    }
+    let key = object.key();
+    let history = crate::history::KubeRunHistory::new(ctx.client.clone());
+    if let Err(error) = history.record(&key, &object.metadata.uid, entry).await {
+        tracing::warn!(object = %key, %error, "the run history could not be written");
+    }
 }
 
 /// After an apply by OpenTofu into the default kubernetes backend, a Warning event when the
@@ -333,6 +360,7 @@ mod tests {
             records,
             requeue_after: None,
             status,
+            output_tail: String::new(),
         }
     }
 

@@ -149,6 +149,10 @@ impl RunnerSession for PodSession {
         self.inner.runner()
     }
 
+    fn output_tail(&self) -> String {
+        self.inner.output_tail()
+    }
+
     async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {
         self.pod.guard(self.inner.setup(request)).await
     }

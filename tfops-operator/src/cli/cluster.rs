@@ -84,6 +84,19 @@ pub struct UnlockArgs {
     pub cluster: ClusterArgs,
 }
 
+/// `tfops logs`.
+#[derive(Debug, Clone, Args)]
+pub struct LogsArgs {
+    /// The `Terraform` object.
+    pub name: String,
+    /// Which run: 1 is the newest (as `tfops history` numbers them).
+    #[arg(long, default_value_t = 1)]
+    pub run: usize,
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
 /// A client and the namespace to use.
 async fn connect(args: &ClusterArgs) -> anyhow::Result<(Actions, String)> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -258,5 +271,88 @@ pub async fn unlock(args: UnlockArgs) -> anyhow::Result<bool> {
     };
     println!("{key}: the state lock {} is held by {holder}", unlocking.id);
     println!("{key}: it is released on the run starting now (terraform force-unlock)");
+    Ok(true)
+}
+
+/// `tfops history`: the last runs, newest first.
+///
+/// # Errors
+/// The cluster's.
+pub async fn history(args: NameArgs) -> anyhow::Result<bool> {
+    let (actions, namespace) = connect(&args.cluster).await?;
+    let key = ObjectKey::new(&namespace, &args.name);
+    let runs = actions.history(&key).await?;
+    if runs.is_empty() {
+        eprintln!("{key} has no recorded runs yet.");
+        return Ok(true);
+    }
+    let mut rows = vec![
+        [
+            "#", "STARTED", "TRIGGER", "REVISION", "PLAN", "CHANGES", "RESULT", "REASON",
+            "DURATION",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for (i, r) in runs.iter().enumerate() {
+        let dash = |s: &str| {
+            if s.is_empty() {
+                "-".to_string()
+            } else {
+                s.to_string()
+            }
+        };
+        rows.push(vec![
+            (i + 1).to_string(),
+            age(Some(r.started_at)) + " ago",
+            r.trigger.clone(),
+            dash(&short_revision(&r.revision)),
+            dash(&r.plan_id),
+            r.summary.map_or("-".into(), |s| s.to_string()),
+            r.result.clone(),
+            dash(&r.reason),
+            format!("{:.1}s", r.duration().as_secs_f64()),
+        ]);
+    }
+    for line in crate::local::output::render_table(&rows) {
+        println!("{line}");
+    }
+    Ok(true)
+}
+
+/// `main@sha1:0123456789abcdef…` as `main@0123456`.
+fn short_revision(revision: &str) -> String {
+    match revision.split_once('@') {
+        Some((reference, digest)) => {
+            let hex = digest.split_once(':').map_or(digest, |(_, h)| h);
+            format!("{reference}@{}", &hex[..hex.len().min(7)])
+        }
+        None => revision.to_string(),
+    }
+}
+
+/// `tfops logs`: the kept output of one run.
+///
+/// # Errors
+/// The cluster's; a run number past the history.
+pub async fn logs(args: LogsArgs) -> anyhow::Result<bool> {
+    let (actions, namespace) = connect(&args.cluster).await?;
+    let key = ObjectKey::new(&namespace, &args.name);
+    let runs = actions.history(&key).await?;
+    let Some(run) = args.run.checked_sub(1).and_then(|i| runs.get(i)) else {
+        anyhow::bail!(
+            "{key} has {} recorded run(s); --run takes 1 (the newest) to {}",
+            runs.len(),
+            runs.len()
+        );
+    };
+    eprintln!(
+        "run {} of {key}: {} ({}), started {}, {}",
+        args.run, run.result, run.trigger, run.started_at, run.reason
+    );
+    if run.output_tail.is_empty() {
+        eprintln!("(no Terraform output was kept for this run)");
+    }
+    print!("{}", run.output_tail);
     Ok(true)
 }

@@ -43,6 +43,10 @@ pub enum Command {
     Resume(cluster::NameArgs),
     /// Release a held state lock, after showing who holds it.
     Unlock(cluster::UnlockArgs),
+    /// The last runs of an object: when, why, what revision and plan, the result.
+    History(cluster::NameArgs),
+    /// Terraform's output of a run (the newest by default), as kept in the run history.
+    Logs(cluster::LogsArgs),
     /// Publish sources.
     #[command(subcommand)]
     Source(SourceCommand),
@@ -113,6 +117,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Suspend(args) => cluster::request(args, cluster::Request::Suspend).await,
         Command::Resume(args) => cluster::request(args, cluster::Request::Resume).await,
         Command::Unlock(args) => cluster::unlock(args).await,
+        Command::History(args) => cluster::history(args).await,
+        Command::Logs(args) => cluster::logs(args).await,
         Command::Source(SourceCommand::Push {
             dir,
             target,

@@ -282,6 +282,10 @@ impl RunnerSession for Narrated {
     fn runner(&self) -> String {
         self.inner.runner()
     }
+
+    fn output_tail(&self) -> String {
+        self.inner.output_tail()
+    }
     async fn apply(&mut self, run_id: &str) -> Result<(), PortError> {
         let (inner, printer) = (&mut self.inner, self.printer.clone());
         Narrated::step_on(printer, "apply", inner.apply(run_id), |_| String::new()).await

@@ -1,0 +1,317 @@
+//! Run history: what each run of an object did, kept for the last runs (`tfops history`,
+//! `tfops logs`, the Argo CD tab). An entry is made from the object as the run found it and
+//! the driver's [`RunReport`]; where entries are kept is the composition root's choice (a
+//! ConfigMap next to the object in a cluster).
+//!
+//! Entries hold no inputs: the tail of Terraform's output is what Terraform printed, with
+//! sensitive values already redacted by Terraform itself.
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::{TerraformObject, annotations};
+use crate::conditions::{self, ConditionStatus, ConditionType};
+use crate::reconcile::{Outcome, RunReport, StepKind};
+
+/// How many runs are kept per object.
+pub const MAX_RUNS: usize = 10;
+/// The most bytes of Terraform's output kept per run (the last ones).
+pub const MAX_TAIL: usize = 8 * 1024;
+
+/// Change counts of a plan, as `+add ~change -destroy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Resources to add.
+    pub add: u32,
+    /// Resources to change.
+    pub change: u32,
+    /// Resources to destroy.
+    pub destroy: u32,
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "+{} ~{} -{}", self.add, self.change, self.destroy)
+    }
+}
+
+/// One run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEntry {
+    /// When it started.
+    pub started_at: jiff::Timestamp,
+    /// When it ended.
+    pub finished_at: jiff::Timestamp,
+    /// What started it: `created`, `spec changed (generation N)`, `approval`,
+    /// `replan requested`, `reconcile requested`, `deletion`, `resumed run`, `retry`, `interval`.
+    pub trigger: String,
+    /// The source revision it ran (`main@sha1:…`), when resolved.
+    #[serde(default)]
+    pub revision: String,
+    /// The plan it made or applied, when any.
+    #[serde(default)]
+    pub plan_id: String,
+    /// The plan's change counts, when it planned changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Summary>,
+    /// Whether it applied (or destroyed) anything.
+    #[serde(default)]
+    pub applied: bool,
+    /// What drifted, when it checked for drift and found some.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drifted: Vec<String>,
+    /// The steps performed, in order (a failed one marked `!`).
+    #[serde(default)]
+    pub steps: Vec<String>,
+    /// `Succeeded`, `Failed`, `AwaitingApproval` or `Waiting` (from `Ready`).
+    pub result: String,
+    /// `Ready`'s reason at the end.
+    pub reason: String,
+    /// `Ready`'s message at the end.
+    #[serde(default)]
+    pub message: String,
+    /// The last lines Terraform wrote (at most [`MAX_TAIL`] bytes).
+    #[serde(default)]
+    pub output_tail: String,
+}
+
+impl RunEntry {
+    /// How long it took.
+    pub fn duration(&self) -> std::time::Duration {
+        let secs = (self.finished_at.as_millisecond() - self.started_at.as_millisecond()).max(0);
+        std::time::Duration::from_millis(u64::try_from(secs).unwrap_or(0))
+    }
+}
+
+/// The steps that make a reconcile a run worth recording (adding the finalizer alone, or a
+/// pass that found nothing due, is not).
+fn is_run(kind: StepKind) -> bool {
+    !matches!(
+        kind,
+        StepKind::AddFinalizer | StepKind::RemoveFinalizer | StepKind::Done
+    )
+}
+
+/// What started a run, from the object as the run found it.
+pub fn trigger(before: &TerraformObject) -> String {
+    let status = &before.status;
+    let newer = |annotation: &str, handled: &str| {
+        before
+            .annotation(annotation)
+            .is_some_and(|v| !v.is_empty() && v != handled)
+    };
+    if before.metadata.deletion_timestamp.is_some() {
+        "deletion".into()
+    } else if status.conditions.is_empty() && status.observed_generation == 0 {
+        "created".into()
+    } else if status.observed_generation != before.metadata.generation {
+        format!("spec changed (generation {})", before.metadata.generation)
+    } else if newer(annotations::APPROVE, &status.plan.seen_approval)
+        || (!before.spec.approve_plan.is_empty()
+            && before.spec.approve_plan != status.plan.seen_approve_plan)
+    {
+        "approval".into()
+    } else if newer(
+        annotations::REPLAN,
+        status.last_handled_replan_at.as_deref().unwrap_or(""),
+    ) {
+        "replan requested".into()
+    } else if newer(
+        annotations::RECONCILE,
+        status.last_handled_reconcile_at.as_deref().unwrap_or(""),
+    ) {
+        "reconcile requested".into()
+    } else if status.active_run.is_some() {
+        "resumed run".into()
+    } else if status.reconciliation_failures > 0 {
+        "retry".into()
+    } else {
+        "interval".into()
+    }
+}
+
+/// The entry for a reconcile of `before` that began at `started_at`, or `None` when it ran
+/// nothing worth recording.
+pub fn entry(
+    before: &TerraformObject,
+    report: &RunReport,
+    started_at: jiff::Timestamp,
+) -> Option<RunEntry> {
+    if !report.records.iter().any(|r| is_run(r.step)) {
+        return None;
+    }
+    let status = &report.status;
+    let ready = conditions::find(&status.conditions, ConditionType::Ready);
+    let mut entry = RunEntry {
+        started_at,
+        finished_at: report.records.last().map_or(started_at, |r| r.at),
+        trigger: trigger(before),
+        revision: status.last_attempted_revision.clone().unwrap_or_default(),
+        plan_id: String::new(),
+        summary: None,
+        applied: false,
+        drifted: Vec::new(),
+        steps: Vec::new(),
+        result: match ready.map(|c| c.status) {
+            Some(ConditionStatus::True) => "Succeeded",
+            Some(ConditionStatus::False) => "Failed",
+            _ if !status.plan.pending.is_empty() => "AwaitingApproval",
+            _ => "Waiting",
+        }
+        .into(),
+        reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
+        message: ready.map(|c| c.message.clone()).unwrap_or_default(),
+        output_tail: String::new(),
+    };
+    for r in report.records.iter().filter(|r| is_run(r.step)) {
+        let name = format!("{:?}", r.step);
+        match &r.result {
+            Ok(Outcome::Planned {
+                has_changes: true,
+                summary,
+                ..
+            }) => {
+                entry.summary = Some(Summary {
+                    add: summary.add,
+                    change: summary.change,
+                    destroy: summary.destroy,
+                });
+            }
+            Ok(Outcome::DriftChecked { drifted }) => entry.drifted.clone_from(drifted),
+            Ok(Outcome::Applied) => entry.applied = true,
+            _ => {}
+        }
+        entry.steps.push(if r.result.is_ok() {
+            name
+        } else {
+            format!("{name}!")
+        });
+    }
+    entry.plan_id = if entry.applied {
+        status.plan.last_applied.clone()
+    } else {
+        status.plan.pending.clone()
+    };
+    append_tail(&mut entry.output_tail, &report.output_tail);
+    Some(entry)
+}
+
+/// Appends `more` to `tail`, keeping at most [`MAX_TAIL`] bytes (the last ones, cut at a
+/// line start where one is near, never inside a character).
+pub fn append_tail(tail: &mut String, more: &str) {
+    tail.push_str(more);
+    if tail.len() <= MAX_TAIL {
+        return;
+    }
+    let mut cut = tail.len() - MAX_TAIL;
+    while !tail.is_char_boundary(cut) {
+        cut += 1;
+    }
+    if let Some(nl) = tail[cut..].find('\n')
+        && nl < 512
+    {
+        cut += nl + 1;
+    }
+    tail.drain(..cut);
+}
+
+/// Puts `entry` first in `runs` (newest first) and keeps the last [`MAX_RUNS`].
+pub fn record(runs: &mut Vec<RunEntry>, entry: RunEntry) {
+    runs.insert(0, entry);
+    runs.truncate(MAX_RUNS);
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_keeps_the_last_bytes_from_a_line_start() {
+        let mut tail = String::new();
+        for i in 0..2000 {
+            append_tail(&mut tail, &format!("line {i} é\n"));
+        }
+        assert!(tail.len() <= MAX_TAIL);
+        assert!(tail.starts_with("line "), "{}", &tail[..20]);
+        assert!(tail.ends_with("line 1999 é\n"));
+    }
+
+    fn object(status: serde_json::Value, annotations: serde_json::Value) -> TerraformObject {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "n", "generation": 2, "annotations": annotations},
+            "spec": {"sourceRef": {"kind": "GitRepository", "url": "https://g/x"}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_trigger_names_what_asked_for_the_run() {
+        let ready = serde_json::json!([{"type": "Ready", "status": "True", "reason": "TerraformAppliedSucceed", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 2}]);
+        let seen = serde_json::json!({"observedGeneration": 2, "conditions": ready, "lastHandledReconcileAt": "r1", "lastHandledReplanAt": "p1"});
+        assert_eq!(
+            trigger(&object(serde_json::json!({}), serde_json::json!({}))),
+            "created"
+        );
+        let mut older = seen.clone();
+        older["observedGeneration"] = 1.into();
+        assert_eq!(
+            trigger(&object(older, serde_json::json!({}))),
+            "spec changed (generation 2)"
+        );
+        let asked = |a: serde_json::Value| trigger(&object(seen.clone(), a));
+        assert_eq!(
+            asked(serde_json::json!({"infra.argocd.io/reconcile": "r1"})),
+            "interval"
+        );
+        assert_eq!(
+            asked(serde_json::json!({"infra.argocd.io/reconcile": "r2"})),
+            "reconcile requested"
+        );
+        assert_eq!(
+            asked(
+                serde_json::json!({"infra.argocd.io/reconcile": "r2", "infra.argocd.io/replan": "p2"})
+            ),
+            "replan requested"
+        );
+        assert_eq!(
+            asked(
+                serde_json::json!({"infra.argocd.io/reconcile": "r2", "infra.argocd.io/approve": "plan-main-1@t"})
+            ),
+            "approval"
+        );
+        let mut failing = seen.clone();
+        failing["reconciliationFailures"] = 2.into();
+        assert_eq!(trigger(&object(failing, serde_json::json!({}))), "retry");
+    }
+
+    #[test]
+    fn ten_runs_are_kept_newest_first() {
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        let mut runs = Vec::new();
+        for i in 0..12 {
+            record(
+                &mut runs,
+                RunEntry {
+                    started_at: at,
+                    finished_at: at,
+                    trigger: format!("run {i}"),
+                    revision: String::new(),
+                    plan_id: String::new(),
+                    summary: None,
+                    applied: false,
+                    drifted: vec![],
+                    steps: vec![],
+                    result: "Succeeded".into(),
+                    reason: String::new(),
+                    message: String::new(),
+                    output_tail: String::new(),
+                },
+            );
+        }
+        assert_eq!(runs.len(), MAX_RUNS);
+        assert_eq!(runs[0].trigger, "run 11");
+        assert_eq!(runs[9].trigger, "run 2");
+    }
+}
