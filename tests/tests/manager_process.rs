@@ -21,6 +21,8 @@ struct Manager {
     child: Child,
     /// Where its metrics and health endpoints answer.
     endpoints: String,
+    /// Its log lines so far.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Drop for Manager {
@@ -47,6 +49,15 @@ fn start(op: &Operator, identity: &str) -> Manager {
             "127.0.0.1:0",
             "--runner-creation-timeout",
             "60s",
+            // Not the default port, several namespaces (one without objects), a rate limit.
+            "--runner-grpc-port",
+            "30123",
+            "--watch-namespaces",
+            "team-a,team-b",
+            "--kube-api-qps",
+            "20",
+            "--kube-api-burst",
+            "40",
         ])
         .env("KUBECONFIG", &op.controller_kubeconfig)
         .env("TFOPS_GIT_CACHE", tempfile::tempdir().unwrap().keep())
@@ -72,12 +83,19 @@ fn start(op: &Operator, identity: &str) -> Manager {
     let endpoints = line["health"].as_str().unwrap().to_string();
     // The rest of its log goes to the test's output (shown when a test fails).
     let who = identity.to_string();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = log.clone();
     std::thread::spawn(move || {
         while let Ok(line) = rx.recv() {
             eprintln!("[{who}] {line}");
+            kept.lock().unwrap().push(line);
         }
     });
-    Manager { child, endpoints }
+    Manager {
+        child,
+        endpoints,
+        log,
+    }
 }
 
 async fn get(addr: &str, path: &str) -> (u16, String) {
@@ -153,6 +171,24 @@ async fn two_replicas_elect_a_leader_and_the_standby_takes_over() {
         metrics.contains("tfops_steps_total{step=\"Apply\",result=\"success\"}"),
         "{metrics}"
     );
+    // JSON lines naming the object, the step and the run id of the apply.
+    let log = first.as_ref().unwrap().log.lock().unwrap().clone();
+    let apply = log
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["message"] == "step succeeded" && l["step"] == "Apply")
+        .unwrap_or_else(|| panic!("a line for the apply in {log:?}"));
+    assert_eq!(apply["object"], "team-a/one", "{apply}");
+    assert_ne!(apply["run_id"], "-", "{apply}");
+    assert_eq!(apply["span"]["object"], "team-a/one", "{apply}");
+    for line in [
+        "tfops_kube_api_requests_total{method=\"GET\",code=\"200\"}",
+        "tfops_kube_api_requests_total{method=\"PATCH\",code=\"200\"}",
+        "tfops_kube_api_requests_total{method=\"POST\",code=\"201\"}",
+        "tfops_runner_lifetime_seconds_count 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
     assert_eq!(get(&endpoints, "/nothing").await.0, 404);
     // The standby does not reconcile.
     let (_, standby) = get(&second.endpoints, "/metrics").await;

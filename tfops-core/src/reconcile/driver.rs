@@ -155,7 +155,24 @@ impl Driver {
                 });
             }
             let kind = decision.step.kind();
+            // The run id names the command in the runner (the apply; `-` before one exists).
+            let run_id = match &decision.step {
+                Step::Apply { run_id } | Step::Attach { run_id, .. } => run_id.clone(),
+                _ => written
+                    .active_run
+                    .as_ref()
+                    .map_or_else(|| "-".to_string(), |r| r.run_id.clone()),
+            };
+            tracing::info!(object = %key, step = ?kind, run_id = %run_id, "step started");
             let result = self.perform(&snapshot.object, decision.step, state).await;
+            match &result {
+                Ok(_) => {
+                    tracing::info!(object = %key, step = ?kind, run_id = %run_id, "step succeeded")
+                }
+                Err(f) => {
+                    tracing::warn!(object = %key, step = ?kind, run_id = %run_id, reason = %f.reason, message = %f.message, "step failed")
+                }
+            }
             // Failures that do not end a run still deserve a Warning event.
             if let (StepKind::Cleanup | StepKind::ForceUnlock, Err(f)) = (kind, &result) {
                 self.warn(&key, f).await;

@@ -9,7 +9,7 @@ pub mod index;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -71,8 +71,9 @@ impl std::fmt::Debug for Observer {
 /// How the controller runs.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Watch one namespace only (`None`: all).
-    pub namespace: Option<String>,
+    /// The namespaces to watch (empty: all). Each has its own watch and its own
+    /// [`Settings::concurrency`] reconciles; dependencies are found across them.
+    pub namespaces: Vec<String>,
     /// Reconciles running at once.
     pub concurrency: u16,
     /// Wait before retrying a reconcile that failed.
@@ -84,7 +85,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            namespace: None,
+            namespaces: Vec::new(),
             concurrency: 4,
             error_requeue: Duration::from_secs(10),
             observer: None,
@@ -100,7 +101,8 @@ pub struct Context {
     sink: Arc<dyn EventSink>,
     events: Option<KubeEventSink>,
     index: Arc<DependsIndex>,
-    store: Store<Terraform>,
+    /// The caches of every watched namespace.
+    stores: Vec<Store<Terraform>>,
     settings: Settings,
 }
 
@@ -116,14 +118,19 @@ fn object_ref(key: &ObjectKey) -> ObjectRef<Terraform> {
 }
 
 impl Context {
+    /// `key` as a cache has it.
+    fn cached(&self, key: &ObjectKey) -> Option<Arc<Terraform>> {
+        let reference = object_ref(key);
+        self.stores.iter().find_map(|s| s.get(&reference))
+    }
+
     /// The dependencies' states as the cache has them.
     fn dependencies(&self, object: &TerraformObject) -> Vec<DependencyState> {
         dependencies_of(object)
             .into_iter()
             .map(|key| {
                 let found = self
-                    .store
-                    .get(&object_ref(&key))
+                    .cached(&key)
                     .map(|tf| DependencyView::of(&tf.to_object()));
                 DependencyState { key, found }
             })
@@ -137,8 +144,7 @@ impl Context {
             .dependants(&me)
             .into_iter()
             .filter(|k| {
-                self.store
-                    .get(&object_ref(k))
+                self.cached(k)
                     .is_some_and(|tf| dependencies_of(&tf.to_object()).contains(&me))
             })
             .collect()
@@ -148,7 +154,9 @@ impl Context {
 async fn reconcile(cached: Arc<Terraform>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let key = key_of(&cached);
     let started = std::time::Instant::now();
-    let result = reconcile_once(&key, &ctx).await;
+    // Every line logged during the reconcile (kube's too) carries the object.
+    let span = tracing::info_span!("reconcile", object = %key);
+    let result = tracing::Instrument::instrument(reconcile_once(&key, &ctx), span).await;
     if let Some(Observer(observer)) = &ctx.settings.observer {
         match &result {
             Ok(Some(report)) => observer.reconciled(&key, started.elapsed(), Ok(report)),
@@ -288,44 +296,58 @@ pub async fn run(
     settings: Settings,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let api: Api<Terraform> = match &settings.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
+    let apis: Vec<Api<Terraform>> = if settings.namespaces.is_empty() {
+        vec![Api::all(client.clone())]
+    } else {
+        settings
+            .namespaces
+            .iter()
+            .map(|ns| Api::namespaced(client.clone(), ns))
+            .collect()
     };
     let index = Arc::new(DependsIndex::default());
-    let mapper = {
-        let index = index.clone();
-        move |tf: Terraform| {
-            let dependants = index.observe(&tf.to_object());
-            dependants
-                .into_iter()
-                .map(|k| object_ref(&k))
-                .collect::<Vec<_>>()
-        }
-    };
-    let controller = Controller::new(api.clone(), watcher::Config::default())
-        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-        // The same objects again, for their relations: a dependency whose readiness changed
-        // requeues the objects that wait for it, a dependant being deleted its dependencies.
-        .watches(api, watcher::Config::default(), mapper)
-        .graceful_shutdown_on(shutdown);
-    let context = Arc::new(Context {
-        client,
-        sink: ports.events.clone(),
-        driver: Driver::new(ports),
-        events,
-        index,
-        store: controller.store(),
-        settings,
-    });
-    controller
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "controller");
-            }
+    let shutdown = shutdown.shared();
+    let controllers: Vec<Controller<Terraform>> = apis
+        .into_iter()
+        .map(|api| {
+            let index = index.clone();
+            let mapper = move |tf: Terraform| {
+                let dependants = index.observe(&tf.to_object());
+                dependants
+                    .into_iter()
+                    .map(|k| object_ref(&k))
+                    .collect::<Vec<_>>()
+            };
+            Controller::new(api.clone(), watcher::Config::default())
+                .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+                // The same objects again, for their relations: a dependency whose readiness
+                // changed requeues the objects that wait for it, a dependant being deleted its
+                // dependencies.
+                .watches(api, watcher::Config::default(), mapper)
+                .graceful_shutdown_on(shutdown.clone())
         })
-        .await;
+        .collect();
+    let stores: Vec<Store<Terraform>> = controllers.iter().map(Controller::store).collect();
+    let driver = Driver::new(ports.clone());
+    let runs = controllers.into_iter().map(|controller| {
+        let context = Arc::new(Context {
+            client: client.clone(),
+            sink: ports.events.clone(),
+            driver: driver.clone(),
+            events: events.clone(),
+            index: index.clone(),
+            stores: stores.clone(),
+            settings: settings.clone(),
+        });
+        controller
+            .run(reconcile, error_policy, context)
+            .for_each(|result| async move {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "controller");
+                }
+            })
+    });
+    futures::future::join_all(runs).await;
 }
 
 #[cfg(test)]

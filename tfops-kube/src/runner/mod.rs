@@ -24,7 +24,7 @@ use tfops_runner::client::{ClientConfig, RunnerClient, Session};
 
 use crate::error::{is_not_found, port_error};
 use pki::ControllerPki;
-use pod::{ANNOTATION_TLS_VERSION, GRPC_PORT, PodSettings, runner_pod};
+use pod::{ANNOTATION_TLS_VERSION, PodSettings, runner_pod};
 use pod_state::{death, is_ready, pod_ip, summary};
 use session::{PodSession, PodWatch};
 
@@ -163,7 +163,8 @@ impl KubeRunnerPort {
             PortError::Unavailable(format!("runner Pod {namespace}/{name} has no IP yet"))
         })?;
         let tls = self.pki.client_tls(namespace).await?;
-        let endpoint = format!("https://{ip}:{GRPC_PORT}");
+        let port = pod_state::grpc_port(pod).unwrap_or(self.settings.pod.grpc_port);
+        let endpoint = format!("https://{ip}:{port}");
         let client = RunnerClient::connect_with(&endpoint, &tls, self.settings.client.clone())
             .await
             .map_err(|e| {

@@ -10,7 +10,7 @@ use tfops_core::naming;
 
 use crate::meta::{LABEL_OBJECT, MANAGED_BY, owner_reference};
 
-/// The gRPC port runners serve on.
+/// The gRPC port runners serve on by default (seed 002; `--runner-grpc-port`).
 pub const GRPC_PORT: u16 = 30000;
 /// Where the TLS Secret is mounted in the runner.
 pub const TLS_DIR: &str = "/run/tfops/tls";
@@ -30,6 +30,8 @@ pub struct PodSettings {
     /// The controller's `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` (and lowercase forms), forwarded
     /// so that runners behind the same egress proxy work unconfigured.
     pub proxy_env: BTreeMap<String, String>,
+    /// The port runners serve gRPC on (`--runner-grpc-port`, default [`GRPC_PORT`]).
+    pub grpc_port: u16,
 }
 
 impl PodSettings {
@@ -49,6 +51,7 @@ impl PodSettings {
                 .iter()
                 .filter_map(|n| std::env::var(n).ok().map(|v| (n.to_string(), v)))
                 .collect(),
+            grpc_port: GRPC_PORT,
         }
     }
 }
@@ -155,7 +158,7 @@ pub fn runner_pod(
     let grace = runner.termination_grace_period_seconds.max(0);
     let mut args = vec![
         "--grpc-port".to_string(),
-        GRPC_PORT.to_string(),
+        settings.grpc_port.to_string(),
         "--tls-dir".to_string(),
         TLS_DIR.to_string(),
         // Terraform gets the Pod's grace period, less a little for the runner to exit.
@@ -172,11 +175,11 @@ pub fn runner_pod(
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "args": args,
-        "ports": [{"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "grpc", "containerPort": settings.grpc_port, "protocol": "TCP"}],
         "env": env,
         "volumeMounts": mounts,
         "securityContext": t.security_context.as_ref().map_or_else(hardened_security_context, |s| s.0.clone()),
-        "readinessProbe": {"tcpSocket": {"port": GRPC_PORT}, "periodSeconds": 1},
+        "readinessProbe": {"tcpSocket": {"port": settings.grpc_port}, "periodSeconds": 1},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     });
     if !t.env_from.is_empty() {
@@ -260,6 +263,7 @@ mod tests {
         PodSettings {
             image: "ghcr.io/tfops/tfops-runner:v1".into(),
             proxy_env: [("HTTPS_PROXY".to_string(), "http://proxy:3128".to_string())].into(),
+            grpc_port: GRPC_PORT,
         }
     }
 

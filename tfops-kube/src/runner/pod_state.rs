@@ -30,6 +30,17 @@ pub fn pod_ip(pod: &Pod) -> Option<String> {
         .filter(|ip| !ip.is_empty())
 }
 
+/// The port the Pod's runner serves gRPC on: its container port named `grpc` (a Pod made
+/// before `--runner-grpc-port` changed keeps its own).
+pub fn grpc_port(pod: &Pod) -> Option<u16> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .find(|p| p.name.as_deref() == Some("grpc"))
+        .and_then(|p| u16::try_from(p.container_port).ok())
+}
+
 /// Why the Pod's runner is gone or will never serve, if it is: deleted, its container
 /// terminated (reason, exit code, message), failed, or stuck waiting.
 pub fn death(pod: &Pod) -> Option<String> {

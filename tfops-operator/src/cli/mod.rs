@@ -86,10 +86,10 @@ pub enum SourceCommand {
 pub async fn main() -> std::process::ExitCode {
     use std::process::ExitCode;
     let cli = Cli::parse();
-    // Library warnings (the reconciler's, kube's) on standard error; progress is printed. The
-    // runner process installs its own (info, and JSON in a Pod).
+    // The CLI prints its own progress and results; library logs only for errors unless
+    // `RUST_LOG` asks for more. The runner process installs its own (info, JSON in a Pod).
     if !matches!(cli.command, Command::Runner(_)) {
-        crate::logs::init(crate::logs::LogFormat::Text, "warn");
+        crate::logs::init(crate::logs::LogFormat::Text, "error");
     }
     match run(cli).await {
         Ok(true) => ExitCode::SUCCESS,

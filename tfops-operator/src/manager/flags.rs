@@ -37,9 +37,24 @@ pub struct Flags {
     /// How often the CA's expiry is checked (Go duration).
     #[arg(long, env = "TFOPS_CERT_ROTATION_CHECK_FREQUENCY", default_value = "30m", value_parser = go_duration)]
     pub cert_rotation_check_frequency: Duration,
-    /// One namespace to watch; all when not given.
-    #[arg(long, env = "TFOPS_WATCH_NAMESPACE")]
-    pub watch_namespace: Option<String>,
+    /// The namespaces to watch, comma-separated; all when not given (the controller's RBAC
+    /// may then be bound per namespace instead of cluster-wide).
+    #[arg(
+        long,
+        visible_alias = "watch-namespace",
+        env = "TFOPS_WATCH_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub watch_namespaces: Vec<String>,
+    /// The port runner Pods serve gRPC on.
+    #[arg(long, env = "TFOPS_RUNNER_GRPC_PORT", default_value_t = tfops_kube::runner::pod::GRPC_PORT)]
+    pub runner_grpc_port: u16,
+    /// Requests per second to the Kubernetes API, sustained (as Flux's controllers).
+    #[arg(long, env = "TFOPS_KUBE_API_QPS", default_value_t = 50.0)]
+    pub kube_api_qps: f32,
+    /// Requests to the Kubernetes API allowed in a burst above `--kube-api-qps`.
+    #[arg(long, env = "TFOPS_KUBE_API_BURST", default_value_t = 300)]
+    pub kube_api_burst: u32,
     /// Use Argo CD's repository credentials for sources that name no Secret of their own.
     #[arg(long, env = "TFOPS_ENABLE_ARGOCD_CREDENTIALS")]
     pub enable_argocd_credentials: bool,
@@ -100,13 +115,30 @@ mod tests {
             "false",
             "--runner-creation-timeout",
             "5m",
-            "--watch-namespace",
-            "team-a",
+            "--watch-namespaces",
+            "team-a,team-b",
+            "--runner-grpc-port",
+            "31000",
         ])
         .unwrap();
         assert!(!f.leader_election);
         assert_eq!(f.runner_creation_timeout, Duration::from_secs(300));
-        assert_eq!(f.watch_namespace.as_deref(), Some("team-a"));
+        assert_eq!(f.watch_namespaces, ["team-a", "team-b"]);
+        assert_eq!(f.runner_grpc_port, 31000);
+        assert_eq!((f.kube_api_qps, f.kube_api_burst), (50.0, 300));
+        let f = Flags::try_parse_from([
+            "tfops-manager",
+            "--runner-pod-image",
+            "r:1",
+            "--watch-namespace",
+            "team-a",
+        ])
+        .unwrap();
+        assert_eq!(
+            f.watch_namespaces,
+            ["team-a"],
+            "the singular name still works"
+        );
         let e = Flags::try_parse_from([
             "tfops-manager",
             "--runner-pod-image",

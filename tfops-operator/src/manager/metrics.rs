@@ -1,6 +1,7 @@
 //! The manager's Prometheus metrics (`prometheus-client`), fed by the controller after every
 //! reconcile: reconciles by result and their duration, steps by kind and result, objects by
-//! `Ready` reason, plans awaiting approval, drift found, runner Pod start latency.
+//! `Ready` reason, plans awaiting approval, drift found, runner Pod start latency and
+//! lifetime; and by the Kubernetes client's layer ([`super::api_client`]): API requests.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -28,6 +29,12 @@ struct StepLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: String,
 }
@@ -45,6 +52,8 @@ pub struct Metrics {
     awaiting: Gauge,
     drift: Counter,
     runner_start: Histogram,
+    runner_lifetime: Histogram,
+    requests: Family<RequestLabels, Counter>,
     seen: Mutex<Seen>,
 }
 
@@ -71,6 +80,8 @@ impl Metrics {
         let awaiting = Gauge::default();
         let drift = Counter::default();
         let runner_start = Histogram::new(exponential_buckets(0.1, 2.0, 12));
+        let runner_lifetime = Histogram::new(exponential_buckets(1.0, 2.0, 14));
+        let requests = Family::<RequestLabels, Counter>::default();
         registry.register("reconciles", "Reconciles by result", reconciles.clone());
         registry.register(
             "reconcile_duration_seconds",
@@ -98,6 +109,16 @@ impl Metrics {
             "From the step before to a Ready, connected runner Pod",
             runner_start.clone(),
         );
+        registry.register(
+            "runner_lifetime_seconds",
+            "From a runner connected to its session's end",
+            runner_lifetime.clone(),
+        );
+        registry.register(
+            "kube_api_requests",
+            "Requests to the Kubernetes API, by HTTP method and status code (0: no answer)",
+            requests.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -107,6 +128,8 @@ impl Metrics {
             awaiting,
             drift,
             runner_start,
+            runner_lifetime,
+            requests,
             seen: Mutex::new(BTreeMap::new()),
         }
     }
@@ -119,8 +142,19 @@ impl Metrics {
         out
     }
 
+    /// Counts one request to the Kubernetes API.
+    pub fn api_request(&self, method: &str, code: u16) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                method: method.to_string(),
+                code: code.to_string(),
+            })
+            .inc();
+    }
+
     fn record_steps(&self, report: &RunReport) {
         let mut previous = None;
+        let mut runner_since = None;
         for r in &report.records {
             let result = if r.result.is_ok() {
                 "success"
@@ -144,6 +178,15 @@ impl Metrics {
             {
                 let took: jiff::SignedDuration = r.at.duration_since(before);
                 self.runner_start.observe(took.as_secs_f64().max(0.0));
+            }
+            if r.step == StepKind::StartRunner && r.result.is_ok() {
+                runner_since = Some(r.at);
+            }
+            if r.step == StepKind::Cleanup
+                && let Some(since) = runner_since.take()
+            {
+                let lived: jiff::SignedDuration = r.at.duration_since(since);
+                self.runner_lifetime.observe(lived.as_secs_f64().max(0.0));
             }
             previous = Some(r.at);
         }

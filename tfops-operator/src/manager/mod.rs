@@ -6,6 +6,7 @@
 //! apply recorded in its object's status before it started, so the next leader attaches to it
 //! and records its result (it never applies twice).
 
+pub mod api_client;
 pub mod flags;
 pub mod leader;
 pub mod metrics;
@@ -37,7 +38,8 @@ pub fn options(flags: &Flags, identity: &str, metrics: Arc<metrics::Metrics>) ->
         .then(|| flags.argocd_namespace.clone());
     o.git_cache = flags.git_cache.clone();
     o.reporter = ("tfops".into(), identity.to_string());
-    o.controller.namespace = flags.watch_namespace.clone();
+    o.controller.namespaces = flags.watch_namespaces.clone();
+    o.runner_grpc_port = flags.runner_grpc_port;
     o.controller.concurrency = flags.concurrent;
     o.controller.observer = Some(Observer(metrics));
     o
@@ -79,12 +81,14 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("finding the Kubernetes configuration (in-cluster, or KUBECONFIG)")?;
-    let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
+    let metrics = Arc::new(metrics::Metrics::new());
+    let layer =
+        api_client::ApiLayer::new(flags.kube_api_qps, flags.kube_api_burst, metrics.clone());
+    let client = api_client::client(config, &layer).context("building the Kubernetes client")?;
     let identity = flags.identity.clone().unwrap_or_else(|| {
         std::env::var("HOSTNAME")
             .unwrap_or_else(|_| format!("tfops-manager-{}", std::process::id()))
     });
-    let metrics = Arc::new(metrics::Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let endpoints = serve::Endpoints {
         metrics: metrics.clone(),

@@ -1,0 +1,135 @@
+//! The manager's Kubernetes client: kube's own service stack with one more tower layer that
+//! holds every request to `--kube-api-qps` (with `--kube-api-burst` above it) and counts
+//! requests by HTTP method and status code, as client-go's rate limiter and its
+//! `rest_client_requests_total` do for Go controllers.
+
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use tower::{Layer, Service};
+
+use super::metrics::Metrics;
+
+/// The layer: a rate limiter shared by every request, and the metrics.
+#[derive(Clone)]
+pub struct ApiLayer {
+    limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    metrics: Arc<Metrics>,
+}
+
+impl ApiLayer {
+    /// `qps` requests per second sustained (none when not positive: no limit), `burst` at
+    /// once (at least 1).
+    pub fn new(qps: f32, burst: u32, metrics: Arc<Metrics>) -> Self {
+        let limiter = (qps > 0.0).then(|| {
+            let period = Duration::from_secs_f64(1.0 / f64::from(qps));
+            let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
+            // `with_period` refuses only a zero period; a positive qps never gives one.
+            let quota = Quota::with_period(period)
+                .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+                .allow_burst(burst);
+            Arc::new(RateLimiter::direct(quota))
+        });
+        Self { limiter, metrics }
+    }
+}
+
+impl<S> Layer<S> for ApiLayer {
+    type Service = ApiService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ApiService {
+            inner,
+            layer: self.clone(),
+            wait: None,
+            permitted: false,
+        }
+    }
+}
+
+type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The service the layer makes. It is ready once the limiter lets one more request go (as
+/// tower's own rate limit does, in `poll_ready`), and then as ready as the service it wraps.
+pub struct ApiService<S> {
+    inner: S,
+    layer: ApiLayer,
+    wait: Option<Wait>,
+    permitted: bool,
+}
+
+impl<S, B, R> Service<http::Request<B>> for ApiService<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if !self.permitted {
+            if let Some(limiter) = &self.layer.limiter {
+                let wait = self.wait.get_or_insert_with(|| {
+                    let limiter = limiter.clone();
+                    Box::pin(async move { limiter.until_ready().await })
+                });
+                if wait.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.wait = None;
+            }
+            self.permitted = true;
+        }
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        self.permitted = false;
+        let metrics = self.layer.metrics.clone();
+        let method = request.method().as_str().to_string();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await;
+            let code = response.as_ref().map_or(0, |r| r.status().as_u16());
+            metrics.api_request(&method, code);
+            response
+        })
+    }
+}
+
+/// A client for `config` with the layer.
+///
+/// # Errors
+/// kube's, for a configuration it cannot build a client from.
+pub fn client(config: kube::Config, layer: &ApiLayer) -> Result<kube::Client, kube::Error> {
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(layer)
+        .build())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quota_allows_the_burst_at_once_then_the_rate() {
+        let layer = ApiLayer::new(2.0, 3, Arc::new(Metrics::new()));
+        let limiter = layer.limiter.unwrap();
+        for _ in 0..3 {
+            assert!(limiter.check().is_ok(), "within the burst");
+        }
+        assert!(limiter.check().is_err(), "past the burst");
+        assert!(
+            ApiLayer::new(0.0, 3, Arc::new(Metrics::new()))
+                .limiter
+                .is_none()
+        );
+    }
+}
