@@ -164,6 +164,7 @@ async fn a_person_with_the_approver_role_reviews_approves_and_steers_objects() {
     );
 
     // The run history: the run that planned and waited, then the approved one; newest first.
+    op.wait_for_runs("app", 2).await;
     let (code, out, err) = tfops(&alice, &["history", "app", "-n", "team-a"]);
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();

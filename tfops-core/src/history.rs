@@ -107,7 +107,7 @@ pub fn trigger(before: &TerraformObject) -> String {
     } else if status.observed_generation != before.metadata.generation {
         format!("spec changed (generation {})", before.metadata.generation)
     } else if newer(annotations::APPROVE, &status.plan.seen_approval)
-        || (!before.spec.approve_plan.is_empty()
+        || (!matches!(before.spec.approve_plan.as_str(), "" | "auto")
             && before.spec.approve_plan != status.plan.seen_approve_plan)
     {
         "approval".into()

@@ -212,6 +212,26 @@ impl Operator {
         serde_yaml_ng::to_string(&body).unwrap()
     }
 
+    /// Waits (at most 30 s) until the run history of `name` holds `runs` runs: the controller
+    /// records a run just after its last status write.
+    pub async fn wait_for_runs(&self, name: &str, runs: usize) {
+        let enough = move |m: Option<&k8s_openapi::api::core::v1::ConfigMap>| {
+            m.and_then(|m| m.data.as_ref()?.get("runs.json").cloned())
+                .and_then(|j| serde_json::from_str::<Vec<serde_json::Value>>(&j).ok())
+                .is_some_and(|kept| kept.len() >= runs)
+        };
+        let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(self.admin.clone(), "team-a");
+        let history = tfops_kube::history::history_name(name);
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            await_condition(maps, &history, enough),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name} never had {runs} runs recorded"))
+        .unwrap();
+    }
+
     /// The Terraform API of `team-a`.
     pub fn terraforms(&self) -> Api<Terraform> {
         Api::namespaced(self.admin.clone(), "team-a")

@@ -1,0 +1,202 @@
+//! End-to-end scenarios of issue 14 on the loopback cluster with real runner Pods and
+//! Terraform: drift found and remediated in auto mode (3), a `dependsOn` chain of three
+//! applied in order (4), and a missing `varsFrom` Secret reported, then created, and the
+//! object recovering by itself (10).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::operator::{Operator, condition, ready_with};
+
+fn applied(t: &tfops_kube::Terraform) -> bool {
+    ready_with(t, "TerraformAppliedSucceed") || ready_with(t, "TerraformOutputsWritten")
+}
+
+/// Whether the run that handled reconcile request `token` is over.
+fn handled(t: &tfops_kube::Terraform, token: &str) -> bool {
+    t.status
+        .as_ref()
+        .and_then(|s| s.last_handled_reconcile_at.as_deref())
+        == Some(token)
+        && condition(t, "Reconciling").is_none()
+}
+
+/// A configuration whose only output reads another state file: the "infrastructure" that
+/// changes behind Terraform's back is that file (the runner Pods of the loopback kubelet are
+/// processes of this machine, so an absolute path reaches it).
+fn reading(path: &std::path::Path) -> String {
+    format!(
+        r#"data "terraform_remote_state" "upstream" {{
+  backend = "local"
+  config = {{ path = "{}" }}
+}}
+output "upstream_color" {{
+  value = data.terraform_remote_state.upstream.outputs.color
+}}
+"#,
+        path.display()
+    )
+}
+
+fn upstream(path: &std::path::Path, color: &str, serial: u32) {
+    std::fs::write(
+        path,
+        format!(
+            r#"{{"version":4,"terraform_version":"1.5.0","serial":{serial},"lineage":"00000000-0000-0000-0000-000000000000","outputs":{{"color":{{"value":"{color}","type":"string"}}}},"resources":[],"check_results":null}}"#
+        ),
+    )
+    .unwrap();
+}
+
+async fn request_run(op: &Operator, name: &str, token: &str) {
+    op.terraforms()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"infra.argocd.io/reconcile": token}}}),
+            ),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drift_behind_terraforms_back_is_detected_and_remediated_in_auto_mode() {
+    let op = Operator::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("upstream.tfstate");
+    upstream(&file, "blue", 1);
+    op.git.commit("drifting", &[("main.tf", &reading(&file))]);
+    op.apply(&op.manifest(
+        "app",
+        json!({"approvePlan": "auto", "sourceRef": {"url": op.git.url("drifting")}}),
+    ));
+    let first = op.wait_for("app", "applied", 120, applied).await;
+    let applied_at = first.status.as_ref().unwrap().last_apply_started_at;
+    assert!(
+        first
+            .status
+            .as_ref()
+            .unwrap()
+            .last_drift_detected_at
+            .is_none()
+    );
+
+    // Nothing changed: a requested run checks for drift, finds none, applies nothing.
+    request_run(&op, "app", "1").await;
+    let t = op
+        .wait_for("app", "checked for drift", 120, |t| {
+            handled(t, "1") && ready_with(t, "NoDrift")
+        })
+        .await;
+    assert_eq!(t.status.as_ref().unwrap().last_apply_started_at, applied_at);
+
+    // The infrastructure changes behind Terraform's back.
+    upstream(&file, "red", 2);
+    request_run(&op, "app", "2").await;
+    let t = op
+        .wait_for("app", "remediated the drift", 120, |t| {
+            let drift = t
+                .status
+                .as_ref()
+                .is_some_and(|s| s.last_drift_detected_at.is_some());
+            handled(t, "2") && drift && applied(t)
+        })
+        .await;
+    let status = t.status.unwrap();
+    assert!(status.last_apply_started_at > applied_at, "applied again");
+    op.wait_for_runs("app", 3).await;
+    let history = tfops_kube::history::KubeRunHistory::new(op.admin.clone())
+        .read(&tfops_core::api::ObjectKey::new("team-a", "app"))
+        .await
+        .unwrap();
+    let runs = history
+        .iter()
+        .map(|r| (&r.trigger, &r.steps, &r.drifted, r.applied, &r.reason))
+        .collect::<Vec<_>>();
+    assert_eq!(history[0].drifted, ["output.upstream_color"], "{runs:#?}");
+    assert!(history[0].applied, "{runs:#?}");
+    assert!(
+        history[1].drifted.is_empty() && !history[1].applied,
+        "{:#?}",
+        history
+            .iter()
+            .map(|r| (&r.trigger, &r.steps, &r.drifted, r.applied))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chain_of_three_applies_in_dependency_order() {
+    let op = Operator::start().await;
+    // Applied last first: each waits for the one it depends on.
+    op.apply(&op.manifest(
+        "c",
+        json!({"approvePlan": "auto", "dependsOn": [{"name": "b"}]}),
+    ));
+    op.apply(&op.manifest(
+        "b",
+        json!({"approvePlan": "auto", "dependsOn": [{"name": "a"}]}),
+    ));
+    let waiting = op
+        .wait_for("c", "waited for b", 60, |t| {
+            condition(t, "Ready").is_some_and(|(_, r, _)| r == "DependencyNotReady")
+        })
+        .await;
+    assert!(
+        condition(&waiting, "Ready").unwrap().2.contains("team-a/b"),
+        "{:?}",
+        condition(&waiting, "Ready")
+    );
+    op.apply(&op.manifest("a", json!({"approvePlan": "auto"})));
+    let mut started = Vec::new();
+    for name in ["a", "b", "c"] {
+        let t = op.wait_for(name, "applied", 180, applied).await;
+        started.push(t.status.unwrap().last_apply_started_at.unwrap());
+    }
+    assert!(
+        started[0] < started[1] && started[1] < started[2],
+        "in order: {started:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_vars_secret_is_reported_and_the_object_recovers_once_it_exists() {
+    let op = Operator::start().await;
+    op.apply(&op.manifest(
+        "app",
+        json!({"approvePlan": "auto", "writeOutputsToSecret": {"name": "app-out"},
+               "varsFrom": [{"kind": "Secret", "name": "app-vars"}]}),
+    ));
+    let t = op
+        .wait_for("app", "reported the missing Secret", 60, |t| {
+            condition(t, "Ready")
+                .is_some_and(|(s, r, _)| s == "False" && r == "VarsGenerationFailed")
+        })
+        .await;
+    let (_, _, message) = condition(&t, "Ready").unwrap();
+    assert!(message.contains("app-vars"), "{message}");
+
+    // Created later: no edit of the object, it recovers on its own retry.
+    Api::<Secret>::namespaced(op.admin.clone(), "team-a")
+        .create(
+            &PostParams::default(),
+            &support::from_json(json!({
+                "metadata": {"name": "app-vars"},
+                "stringData": {"greeting": "hola"},
+            })),
+        )
+        .await
+        .unwrap();
+    op.wait_for("app", "recovered", 120, applied).await;
+    let out = Api::<Secret>::namespaced(op.admin.clone(), "team-a")
+        .get("app-out")
+        .await
+        .unwrap();
+    let greeting = out.data.unwrap()["greeting"].0.clone();
+    assert_eq!(String::from_utf8(greeting).unwrap(), "hola");
+}
