@@ -220,3 +220,44 @@ async fn two_replicas_elect_a_leader_and_the_standby_takes_over() {
     assert!(status.success(), "{status:?}");
     wait_holder(&op, |h| h.is_none()).await;
 }
+
+/// Scenario 11 with a run in flight: the leader dies mid-apply, the standby takes the Lease,
+/// attaches to the apply the runner Pod carries on with, and records its result; nothing is
+/// applied twice (one runner Pod, the apply attached to).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_killed_mid_apply_is_followed_by_the_standby_attaching_to_it() {
+    let op = Operator::prepare(|_| {}).await;
+    op.git
+        .commit("infra", &[("main.tf", &support::operator::slow(6))]);
+    let mut first = Some(start(&op, "m1"));
+    wait_holder(&op, |h| h == Some("m1")).await;
+    let _second = start(&op, "m2");
+    op.apply(&op.manifest("vpc", json!({"approvePlan": "auto"})));
+    support::operator::applying(&op, "vpc").await;
+    drop(first.take());
+    wait_holder(&op, |h| h == Some("m2")).await;
+    let t = op
+        .wait_for("vpc", "recorded the attached apply", 120, |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+        })
+        .await;
+    let status = t.status.unwrap();
+    assert!(status.active_run.is_none());
+    let apply = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Apply")
+        .unwrap();
+    assert!(
+        apply.message.contains("attached to run"),
+        "{}",
+        apply.message
+    );
+    let pods_created = op
+        .cluster
+        .audit()
+        .iter()
+        .filter(|a| a.method == "POST" && a.path.ends_with("/namespaces/team-a/pods"))
+        .count();
+    assert_eq!(pods_created, 1, "one runner Pod, one apply");
+}

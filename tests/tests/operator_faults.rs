@@ -8,41 +8,10 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::operator::{CONFIG, Operator, condition, ready_with};
-
-/// The configuration with an apply that takes `seconds` (a provisioner sleeping).
-fn slow(seconds: u32) -> String {
-    format!(
-        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep {seconds}\"\n  }}\n}}\n"
-    )
-}
-
-/// Waits until the object's apply holds the state lock (Terraform is applying): the apply is
-/// recorded in status before it starts, after the plan released its lock.
-async fn applying(op: &Operator, name: &str) {
-    op.wait_for(name, "recorded the apply", 120, |t| {
-        t.status.as_ref().is_some_and(|s| s.active_run.is_some())
-    })
-    .await;
-    let leases: Api<Lease> = Api::namespaced(op.admin.clone(), "team-a");
-    let lease = format!("lock-tfstate-default-{name}");
-    let held = async {
-        loop {
-            let l = leases.get_opt(&lease).await.unwrap();
-            if l.and_then(|l| l.spec?.holder_identity).is_some() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(120), held)
-        .await
-        .expect("the apply started");
-}
+use support::operator::{Operator, applying, condition, ready_with, slow};
 
 async fn annotate(op: &Operator, name: &str, annotations: serde_json::Value) {
     op.terraforms()

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -311,4 +312,34 @@ pub fn ready_with(t: &Terraform, reason: &str) -> bool {
                 .iter()
                 .any(|c| c.type_ == "Ready" && c.reason == reason)
     })
+}
+
+/// The configuration with an apply that takes `seconds` (a provisioner sleeping).
+pub fn slow(seconds: u32) -> String {
+    format!(
+        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep {seconds}\"\n  }}\n}}\n"
+    )
+}
+
+/// Waits until the object's apply holds the state lock (Terraform is applying): the apply is
+/// recorded in status before it starts, after the plan released its lock.
+pub async fn applying(op: &Operator, name: &str) {
+    op.wait_for(name, "recorded the apply", 120, |t| {
+        t.status.as_ref().is_some_and(|s| s.active_run.is_some())
+    })
+    .await;
+    let leases: Api<Lease> = Api::namespaced(op.admin.clone(), "team-a");
+    let lease = format!("lock-tfstate-default-{name}");
+    let held = async {
+        loop {
+            let l = leases.get_opt(&lease).await.unwrap();
+            if l.and_then(|l| l.spec?.holder_identity).is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), held)
+        .await
+        .expect("the apply started");
 }
