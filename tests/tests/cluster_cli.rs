@@ -256,4 +256,43 @@ async fn a_cluster_without_the_crd_is_named_as_such() {
     let (code, _, err) = tfops(&kubeconfig, &["approve", "app"]);
     assert_eq!(code, 2);
     assert!(err.contains("the CRD is not installed"), "{err}");
+
+    // Installed as the message says, with kubectl (a YAML 1.1 reader: a plain `no` would be
+    // the boolean false and every object's default `forceUnlock` invalid).
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/crd/");
+    let (ok, out, err) = support::kubectl(&kubeconfig, &["apply", "-f", crds.to_str().unwrap()]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = support::kubectl(
+        &kubeconfig,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/terraforms.infra.argocd.io",
+            "--timeout=30s",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("app.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: infra.argocd.io/v1alpha1\nkind: Terraform\nmetadata: {name: app, namespace: default}\nspec:\n  sourceRef: {kind: GitRepository, url: 'https://git.example.com/infra.git'}\n",
+    )
+    .unwrap();
+    let (ok, out, err) = support::kubectl(&kubeconfig, &["apply", "-f", file.to_str().unwrap()]);
+    assert!(ok, "the defaults are valid: {out}{err}");
+    let (ok, out, _) = support::kubectl(
+        &kubeconfig,
+        &[
+            "get",
+            "terraform",
+            "app",
+            "-o",
+            "jsonpath={.spec.tfstate.forceUnlock}",
+        ],
+    );
+    assert!(ok && out == "no", "{out}");
+    let (code, out, err) = tfops(&kubeconfig, &["get"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().nth(1).unwrap().starts_with("app "), "{out}");
 }

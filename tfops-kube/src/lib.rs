@@ -26,6 +26,7 @@ pub mod resource;
 pub mod runner;
 pub mod runner_stores;
 pub mod state;
+pub mod yaml;
 
 pub use credentials::KubeCredentials;
 pub use events::KubeEventSink;

@@ -130,7 +130,7 @@ pub fn policy_crd() -> Result<CustomResourceDefinition, serde_json::Error> {
 /// # Errors
 /// As [`policy_crd`], or when it cannot be written as YAML.
 pub fn policy_crd_yaml() -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
-    let yaml = serde_yaml_ng::to_string(&policy_crd()?)?;
+    let yaml = crate::yaml::for_yaml11(&serde_yaml_ng::to_string(&policy_crd()?)?);
     Ok(format!(
         "# Generated from tfops_core::policy by tfops_kube::policies::policy_crd(); do not edit.\n# Regenerate: TFOPS_UPDATE_CRD=1 cargo test -p tfops-kube --test crd\n{yaml}"
     ))

@@ -192,7 +192,7 @@ pub fn crd() -> Result<CustomResourceDefinition, serde_json::Error> {
 /// As [`crd`], or when it cannot be written as YAML.
 pub fn crd_yaml() -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
     let crd = crd()?;
-    let yaml = serde_yaml_ng::to_string(&crd)?;
+    let yaml = crate::yaml::for_yaml11(&serde_yaml_ng::to_string(&crd)?);
     Ok(format!(
         "# Generated from tfops_core::api by tfops_kube::resource::crd(); do not edit.\n# Regenerate: TFOPS_UPDATE_CRD=1 cargo test -p tfops-kube --test crd\n{yaml}"
     ))
