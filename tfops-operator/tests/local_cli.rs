@@ -309,9 +309,27 @@ fn the_demo_reconciles_examples_hello() {
         "{}",
         first.stdout
     );
-    let second = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    assert!(
+        !first
+            .stdout
+            .contains("Terraform has been successfully initialized"),
+        "Terraform's own output only with --logs: {}",
+        first.stdout
+    );
+    let second = tfops(
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml", "--logs"],
+    );
     assert_eq!(second.code, 0);
     assert!(second.stdout.contains("NoDrift"), "{}", second.stdout);
+    // --logs: Terraform's lines, indented under the step that printed them.
+    assert!(
+        second
+            .stdout
+            .contains("    Terraform has been successfully initialized!"),
+        "{}",
+        second.stdout
+    );
 }
 
 #[test]
@@ -525,5 +543,57 @@ fn the_objects_runner_binary_is_what_runs_and_status_says_so() {
         "{}{}",
         out.stdout,
         out.stderr
+    );
+}
+
+/// On a terminal (a pseudo-terminal from util-linux's `script`), the running step shows a
+/// spinner with its elapsed time, cleared before the step's line, and the status table's
+/// columns line up although its cells are coloured.
+#[test]
+fn on_a_terminal_steps_spin_and_the_table_lines_up() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hello");
+    let p = tempfile::tempdir().unwrap();
+    for rel in ["terraform.yaml", "infra/main.tf"] {
+        let to = p.path().join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(examples.join(rel), to).unwrap();
+    }
+    let command = format!(
+        "{} local apply -f terraform.yaml",
+        env!("CARGO_BIN_EXE_tfops")
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(p.path())
+        .env("TFOPS_TERRAFORM", terraform())
+        .output()
+        .expect("script (util-linux) gives the command a terminal");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    // The spinner: its message with the dim elapsed time, then the line cleared for the step.
+    assert!(
+        text.contains(" apply \u{1b}[2m"),
+        "a spinner for apply: {text:?}"
+    );
+    assert!(
+        text.contains("\r\u{1b}[2K  apply"),
+        "cleared before the step line: {text:?}"
+    );
+    // The table: READY is coloured, yet REASON starts where its heading does.
+    let plain: Vec<String> = text
+        .lines()
+        .map(|l| {
+            console::strip_ansi_codes(l)
+                .trim_end_matches('\r')
+                .to_string()
+        })
+        .collect();
+    let header = plain.iter().find(|l| l.starts_with("OBJECT")).unwrap();
+    let row = plain.iter().find(|l| l.starts_with("demo/hello")).unwrap();
+    let column = header.find("REASON").unwrap();
+    assert_eq!(
+        row.get(column..column + "TerraformAppliedSucceed".len()),
+        Some("TerraformAppliedSucceed"),
+        "{header}\n{row}"
     );
 }

@@ -52,6 +52,9 @@ pub struct LocalOptions {
     /// Which binary runs the configurations.
     #[arg(long, value_enum, env = "TFOPS_BINARY", default_value_t = Binary::Auto, global = true)]
     pub binary: Binary,
+    /// Print Terraform's own output as it comes (init, plan, apply).
+    #[arg(long, global = true)]
+    pub logs: bool,
 }
 
 /// `tfops local`.
@@ -125,6 +128,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<bool> {
         state_dir: o.state_dir,
         json: o.output == Output::Json,
         binary: o.binary.name().to_string(),
+        logs: o.logs,
     })?;
     let result = command(&local, args.command).await;
     local.shutdown().await;

@@ -81,6 +81,8 @@ pub struct Options {
     pub json: bool,
     /// `auto`, `terraform` or `tofu`.
     pub binary: String,
+    /// `--logs`: print Terraform's output as it comes.
+    pub logs: bool,
 }
 
 /// One object's outcome.
@@ -198,7 +200,7 @@ impl Local {
         } else {
             manifest::read(&opts.files)?
         };
-        let printer = Printer::new(opts.json);
+        let printer = Printer::new(opts.json).with_logs(opts.logs);
         let mut world = LocalWorld::new(dir, manifests.data.clone(), printer.clone());
         for m in &manifests.objects {
             world.bases.insert(m.key.clone(), m.base_dir.clone());

@@ -1,4 +1,6 @@
-//! What local mode prints: a line per step, events, and a table of conditions at the end.
+//! What local mode prints: a line per step, events, and a table of conditions at the end. On
+//! a terminal the running step shows a spinner and its elapsed time (`indicatif`); with
+//! `--logs`, Terraform's own output is printed as it comes.
 
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
@@ -10,6 +12,10 @@ pub struct Printer {
     to_stderr: bool,
     color: bool,
     current: Arc<Mutex<String>>,
+    /// The running step's spinner: lines printed meanwhile go above it.
+    spinner: Arc<Mutex<Option<indicatif::ProgressBar>>>,
+    /// Print Terraform's output lines (`--logs`).
+    logs: bool,
 }
 
 impl Printer {
@@ -24,10 +30,71 @@ impl Printer {
             to_stderr: json,
             color,
             current: Arc::new(Mutex::new(String::new())),
+            spinner: Arc::new(Mutex::new(None)),
+            logs: false,
+        }
+    }
+
+    /// The same printer, printing Terraform's output lines as they come (`--logs`).
+    pub fn with_logs(mut self, logs: bool) -> Self {
+        self.logs = logs;
+        self
+    }
+
+    /// Whether Terraform's output lines are printed.
+    pub fn logs(&self) -> bool {
+        self.logs
+    }
+
+    /// Shows a spinner with `what` and the elapsed time until [`Printer::stop_spinner`], on
+    /// a terminal only (elsewhere nothing moves: the step's line comes when it is over).
+    pub fn start_spinner(&self, what: &str) {
+        if !self.color {
+            return;
+        }
+        let target = if self.to_stderr {
+            indicatif::ProgressDrawTarget::stderr()
+        } else {
+            indicatif::ProgressDrawTarget::stdout()
+        };
+        let bar = indicatif::ProgressBar::with_draw_target(None, target);
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("  {spinner} {msg} {elapsed:.dim}")
+        {
+            bar.set_style(style);
+        }
+        bar.set_message(what.to_string());
+        bar.enable_steady_tick(std::time::Duration::from_millis(100));
+        if let Ok(mut s) = self.spinner.lock()
+            && let Some(old) = s.replace(bar)
+        {
+            old.finish_and_clear();
+        }
+    }
+
+    /// Removes the spinner, if any.
+    pub fn stop_spinner(&self) {
+        if let Ok(mut s) = self.spinner.lock()
+            && let Some(bar) = s.take()
+        {
+            bar.finish_and_clear();
+        }
+    }
+
+    /// One line of Terraform's output, when `--logs` asks for them.
+    pub fn terraform_line(&self, line: &str) {
+        if self.logs {
+            let line = line.trim_end_matches('\n');
+            self.emit(&format!("    {}", self.paint("2", line)));
         }
     }
 
     fn emit(&self, line: &str) {
+        let spinner = self.spinner.lock().ok().and_then(|s| s.clone());
+        if let Some(bar) = spinner {
+            bar.println(line);
+            return;
+        }
         if self.to_stderr {
             let _ = writeln!(std::io::stderr(), "{line}");
         } else {

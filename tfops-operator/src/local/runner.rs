@@ -195,10 +195,14 @@ impl RunnerPort for LocalRunner {
             "{}-{}-{started}",
             object.metadata.namespace, object.metadata.name
         );
-        let session = Session::start(client, &prefix)
+        let mut session = Session::start(client, &prefix)
             .await
             .map_err(|e| PortError::Unavailable(e.to_string()))?
             .named(&self.endpoint);
+        if self.printer.logs() {
+            let printer = self.printer.clone();
+            session.on_line = Box::new(move |l| printer.terraform_line(&l.line));
+        }
         Ok(Box::new(Narrated {
             inner: session,
             printer: self.printer.clone(),
@@ -339,7 +343,9 @@ impl Narrated {
         done: impl FnOnce(&T) -> String,
     ) -> Result<T, PortError> {
         let start = Instant::now();
+        printer.start_spinner(what);
         let result = f.await;
+        printer.stop_spinner();
         let elapsed = start.elapsed();
         let time = if elapsed >= Duration::from_millis(500) {
             format!(" ({:.1}s)", elapsed.as_secs_f64())
