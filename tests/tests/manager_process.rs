@@ -236,28 +236,5 @@ async fn a_leader_killed_mid_apply_is_followed_by_the_standby_attaching_to_it() 
     support::operator::applying(&op, "vpc").await;
     drop(first.take());
     wait_holder(&op, |h| h == Some("m2")).await;
-    let t = op
-        .wait_for("vpc", "recorded the attached apply", 120, |t| {
-            ready_with(t, "TerraformAppliedSucceed")
-        })
-        .await;
-    let status = t.status.unwrap();
-    assert!(status.active_run.is_none());
-    let apply = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Apply")
-        .unwrap();
-    assert!(
-        apply.message.contains("attached to run"),
-        "{}",
-        apply.message
-    );
-    let pods_created = op
-        .cluster
-        .audit()
-        .iter()
-        .filter(|a| a.method == "POST" && a.path.ends_with("/namespaces/team-a/pods"))
-        .count();
-    assert_eq!(pods_created, 1, "one runner Pod, one apply");
+    support::operator::attached_once(&op, "vpc").await;
 }

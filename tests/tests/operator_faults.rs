@@ -162,23 +162,8 @@ async fn a_controller_killed_mid_apply_is_followed_by_one_that_attaches() {
     applying(&op, "vpc").await;
     op.kill_controller().await;
     op.start_controller();
-    let t = op
-        .wait_for("vpc", "recorded the attached apply", 120, |t| {
-            ready_with(t, "TerraformAppliedSucceed")
-        })
-        .await;
-    let status = t.status.unwrap();
-    assert!(status.active_run.is_none());
-    let (_, _, message) = condition_of(&status, "Apply");
-    assert!(message.contains("attached to run"), "{message}");
     // One runner Pod, one apply: the new controller never started another.
-    let pods_created = op
-        .cluster
-        .audit()
-        .iter()
-        .filter(|a| a.method == "POST" && a.path.ends_with("/namespaces/team-a/pods"))
-        .count();
-    assert_eq!(pods_created, 1);
+    support::operator::attached_once(&op, "vpc").await;
     // The outputs read after attaching were written by the runner, never by the controller.
     let writers: Vec<String> = op
         .cluster
@@ -194,18 +179,4 @@ async fn a_controller_killed_mid_apply_is_followed_by_one_that_attaches() {
             .all(|u| u == "system:serviceaccount:team-a:tf-runner"),
         "{writers:?}"
     );
-}
-
-fn condition_of(s: &tfops_core::api::TerraformStatus, kind: &str) -> (String, String, String) {
-    s.conditions
-        .iter()
-        .find(|c| c.type_ == kind)
-        .map(|c| {
-            (
-                format!("{:?}", c.status),
-                c.reason.clone(),
-                c.message.clone(),
-            )
-        })
-        .unwrap_or_default()
 }

@@ -291,9 +291,8 @@ fn drift_is_detected_and_corrected_in_auto_mode_then_destroy_removes_everything(
     );
 }
 
-/// The README's first command (`scripts/demo`) runs exactly this reconcile path.
-#[test]
-fn the_demo_reconciles_examples_hello() {
+/// A copy of `examples/hello` in a fresh directory.
+fn hello() -> tempfile::TempDir {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hello");
     let p = tempfile::tempdir().unwrap();
     for rel in ["terraform.yaml", "infra/main.tf"] {
@@ -301,6 +300,13 @@ fn the_demo_reconciles_examples_hello() {
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(examples.join(rel), to).unwrap();
     }
+    p
+}
+
+/// The README's first command (`scripts/demo`) runs exactly this reconcile path.
+#[test]
+fn the_demo_reconciles_examples_hello() {
+    let p = hello();
     let first = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
     assert_eq!(first.code, 0, "{}{}", first.stdout, first.stderr);
     assert!(first.stdout.contains("plan: +4 ~0 -0"), "{}", first.stdout);
@@ -551,13 +557,7 @@ fn the_objects_runner_binary_is_what_runs_and_status_says_so() {
 /// columns line up although its cells are coloured.
 #[test]
 fn on_a_terminal_steps_spin_and_the_table_lines_up() {
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hello");
-    let p = tempfile::tempdir().unwrap();
-    for rel in ["terraform.yaml", "infra/main.tf"] {
-        let to = p.path().join(rel);
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(examples.join(rel), to).unwrap();
-    }
+    let p = hello();
     let command = format!(
         "{} local apply -f terraform.yaml",
         env!("CARGO_BIN_EXE_tfops")

@@ -343,3 +343,25 @@ pub async fn applying(op: &Operator, name: &str) {
         .await
         .expect("the apply started");
 }
+
+/// Waits until `name` records the apply a controller attached to after the one that started
+/// it died, and checks it was applied once: one runner Pod was ever created.
+pub async fn attached_once(op: &Operator, name: &str) -> Terraform {
+    let t = op
+        .wait_for(name, "recorded the attached apply", 120, |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+        })
+        .await;
+    let status = t.status.clone().unwrap();
+    assert!(status.active_run.is_none());
+    let (_, _, message) = condition(&t, "Apply").unwrap();
+    assert!(message.contains("attached to run"), "{message}");
+    let pods_created = op
+        .cluster
+        .audit()
+        .iter()
+        .filter(|a| a.method == "POST" && a.path.ends_with("/namespaces/team-a/pods"))
+        .count();
+    assert_eq!(pods_created, 1, "one runner Pod, one apply");
+    t
+}
