@@ -181,6 +181,9 @@ async fn two_replicas_elect_a_leader_and_the_standby_takes_over() {
     assert_eq!(apply["object"], "team-a/one", "{apply}");
     assert_ne!(apply["run_id"], "-", "{apply}");
     assert_eq!(apply["span"]["object"], "team-a/one", "{apply}");
+    // Any line of the reconcile carries the step and run id the span recorded.
+    assert_eq!(apply["span"]["step"], "Apply", "{apply}");
+    assert_eq!(apply["span"]["run_id"], apply["run_id"], "{apply}");
     for line in [
         "tfops_kube_api_requests_total{method=\"GET\",code=\"200\"}",
         "tfops_kube_api_requests_total{method=\"PATCH\",code=\"200\"}",

@@ -163,6 +163,11 @@ impl Driver {
                     .as_ref()
                     .map_or_else(|| "-".to_string(), |r| r.run_id.clone()),
             };
+            // The embedding controller's span (when it declares these fields) carries them
+            // on every line logged during the step.
+            let span = tracing::Span::current();
+            span.record("step", tracing::field::debug(kind));
+            span.record("run_id", run_id.as_str());
             tracing::info!(object = %key, step = ?kind, run_id = %run_id, "step started");
             let result = self.perform(&snapshot.object, decision.step, state).await;
             match &result {

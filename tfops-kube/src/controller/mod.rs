@@ -154,8 +154,14 @@ impl Context {
 async fn reconcile(cached: Arc<Terraform>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let key = key_of(&cached);
     let started = std::time::Instant::now();
-    // Every line logged during the reconcile (kube's too) carries the object.
-    let span = tracing::info_span!("reconcile", object = %key);
+    // Every line logged during the reconcile (kube's too) carries the object, and the step
+    // and run id the driver records in this span as it goes.
+    let span = tracing::info_span!(
+        "reconcile",
+        object = %key,
+        step = tracing::field::Empty,
+        run_id = tracing::field::Empty
+    );
     let result = tracing::Instrument::instrument(reconcile_once(&key, &ctx), span).await;
     if let Some(Observer(observer)) = &ctx.settings.observer {
         match &result {
