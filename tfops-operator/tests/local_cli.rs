@@ -336,6 +336,42 @@ fn the_demo_reconciles_examples_hello() {
         "{}",
         second.stdout
     );
+
+    // The run history: the drift check, then the first apply; newest first.
+    let history = tfops(p.path(), &["local", "history", "hello"]);
+    assert_eq!(history.code, 0, "{}", history.stderr);
+    let lines: Vec<&str> = history.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with('#') && lines[0].contains("TRIGGER"),
+        "{}",
+        history.stdout
+    );
+    assert!(
+        lines[1].starts_with("1 ") && lines[1].contains("NoDrift"),
+        "{}",
+        history.stdout
+    );
+    assert!(
+        lines[2].starts_with("2 ")
+            && lines[2].contains("+4 ~0 -0")
+            && lines[2].contains("Succeeded"),
+        "{}",
+        history.stdout
+    );
+    let logs = tfops(p.path(), &["local", "logs", "hello", "--run", "2"]);
+    assert_eq!(logs.code, 0, "{}", logs.stderr);
+    assert!(
+        logs.stdout.contains("Apply complete! Resources: 4 added"),
+        "{}",
+        logs.stdout
+    );
+    let past = tfops(p.path(), &["local", "logs", "hello", "--run", "3"]);
+    assert_eq!(past.code, 2);
+    assert!(
+        past.stderr.contains("has 2 recorded run(s)"),
+        "{}",
+        past.stderr
+    );
 }
 
 #[test]

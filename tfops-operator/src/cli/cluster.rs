@@ -127,17 +127,7 @@ async fn connect(args: &ClusterArgs) -> anyhow::Result<(Actions, String)> {
     Ok((Actions::new(client), namespace))
 }
 
-/// How long ago `t` was, as kubectl prints ages (`45s`, `12m`, `3h`, `5d`).
-fn age(t: Option<jiff::Timestamp>) -> String {
-    let Some(t) = t else { return "-".into() };
-    let secs = jiff::Timestamp::now().as_second() - t.as_second();
-    match secs.max(0) {
-        s if s < 120 => format!("{s}s"),
-        s if s < 2 * 3600 => format!("{}m", s / 60),
-        s if s < 2 * 86400 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86400),
-    }
-}
+use super::history::age;
 
 /// The table row of an object.
 fn row(t: &Terraform, with_namespace: bool) -> Vec<String> {
@@ -281,54 +271,8 @@ pub async fn unlock(args: UnlockArgs) -> anyhow::Result<bool> {
 pub async fn history(args: NameArgs) -> anyhow::Result<bool> {
     let (actions, namespace) = connect(&args.cluster).await?;
     let key = ObjectKey::new(&namespace, &args.name);
-    let runs = actions.history(&key).await?;
-    if runs.is_empty() {
-        eprintln!("{key} has no recorded runs yet.");
-        return Ok(true);
-    }
-    let mut rows = vec![
-        [
-            "#", "STARTED", "TRIGGER", "REVISION", "PLAN", "CHANGES", "RESULT", "REASON",
-            "DURATION",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
-    for (i, r) in runs.iter().enumerate() {
-        let dash = |s: &str| {
-            if s.is_empty() {
-                "-".to_string()
-            } else {
-                s.to_string()
-            }
-        };
-        rows.push(vec![
-            (i + 1).to_string(),
-            age(Some(r.started_at)) + " ago",
-            r.trigger.clone(),
-            dash(&short_revision(&r.revision)),
-            dash(&r.plan_id),
-            r.summary.map_or("-".into(), |s| s.to_string()),
-            r.result.clone(),
-            dash(&r.reason),
-            format!("{:.1}s", r.duration().as_secs_f64()),
-        ]);
-    }
-    for line in crate::local::output::render_table(&rows) {
-        println!("{line}");
-    }
+    super::history::print_runs(&key.to_string(), &actions.history(&key).await?);
     Ok(true)
-}
-
-/// `main@sha1:0123456789abcdef…` as `main@0123456`.
-fn short_revision(revision: &str) -> String {
-    match revision.split_once('@') {
-        Some((reference, digest)) => {
-            let hex = digest.split_once(':').map_or(digest, |(_, h)| h);
-            format!("{reference}@{}", &hex[..hex.len().min(7)])
-        }
-        None => revision.to_string(),
-    }
 }
 
 /// `tfops logs`: the kept output of one run.
@@ -338,21 +282,6 @@ fn short_revision(revision: &str) -> String {
 pub async fn logs(args: LogsArgs) -> anyhow::Result<bool> {
     let (actions, namespace) = connect(&args.cluster).await?;
     let key = ObjectKey::new(&namespace, &args.name);
-    let runs = actions.history(&key).await?;
-    let Some(run) = args.run.checked_sub(1).and_then(|i| runs.get(i)) else {
-        anyhow::bail!(
-            "{key} has {} recorded run(s); --run takes 1 (the newest) to {}",
-            runs.len(),
-            runs.len()
-        );
-    };
-    eprintln!(
-        "run {} of {key}: {} ({}), started {}, {}",
-        args.run, run.result, run.trigger, run.started_at, run.reason
-    );
-    if run.output_tail.is_empty() {
-        eprintln!("(no Terraform output was kept for this run)");
-    }
-    print!("{}", run.output_tail);
+    super::history::print_output(&key.to_string(), &actions.history(&key).await?, args.run)?;
     Ok(true)
 }

@@ -105,6 +105,19 @@ pub enum LocalCommand {
         /// The object.
         name: String,
     },
+    /// The last runs of an object: when, why, what revision and plan, the result.
+    History {
+        /// The object.
+        name: String,
+    },
+    /// Terraform's output of a run (the newest by default), as kept in the run history.
+    Logs {
+        /// The object.
+        name: String,
+        /// Which run: 1 is the newest (as `tfops local history` numbers them).
+        #[arg(long, default_value_t = 1)]
+        run: usize,
+    },
 }
 
 /// `tfops local plan`.
@@ -142,6 +155,14 @@ async fn command(local: &Local, command: LocalCommand) -> anyhow::Result<bool> {
         LocalCommand::Status { name } => {
             let reports = local.status(name.as_deref())?;
             return Ok(local.print(&reports));
+        }
+        LocalCommand::History { name } => {
+            super::history::print_runs(&name, &local.history(&name)?);
+            return Ok(true);
+        }
+        LocalCommand::Logs { name, run } => {
+            super::history::print_output(&name, &local.history(&name)?, run)?;
+            return Ok(true);
         }
         LocalCommand::Plan(LocalPlan::Show { name }) => {
             print!("{}", local.plan_text(&name)?);

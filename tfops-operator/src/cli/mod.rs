@@ -2,6 +2,7 @@
 //! completion, and the commands for `Terraform` objects in a cluster.
 
 pub mod cluster;
+pub mod history;
 pub mod local;
 pub mod policy;
 

@@ -426,9 +426,17 @@ impl Local {
         for m in selected {
             self.printer.object(&m.key.to_string());
             let object = self.object(m);
+            let before = object.clone();
             let (deps, dependants) = self.relations(m);
+            let started = jiff::Timestamp::now();
             match driver.reconcile(object, deps, dependants).await {
                 Ok(report) => {
+                    let kept = self.world.dir.load(&m.key)?.is_some();
+                    if let Some(entry) = tfops_core::history::entry(&before, &report, started)
+                        && kept
+                    {
+                        self.world.dir.record_run(&m.key, entry)?;
+                    }
                     if report.records.is_empty() {
                         self.printer.step("nothing due");
                     }
@@ -436,7 +444,7 @@ impl Local {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     };
-                    if self.world.dir.load(&m.key)?.is_none() {
+                    if !kept {
                         self.printer.step("removed (its Terraform state file is kept unless tfstate.deleteOnDestroy)");
                         continue;
                     }
@@ -498,6 +506,15 @@ impl Local {
             }
         }
         Ok(out)
+    }
+
+    /// The last runs of an object, newest first.
+    ///
+    /// # Errors
+    /// [`LocalError`].
+    pub fn history(&self, name: &str) -> Result<Vec<tfops_core::history::RunEntry>, LocalError> {
+        let key = self.find(name).map(|m| m.key.clone())?;
+        Ok(self.world.dir.history(&key)?)
     }
 
     /// The readable form of the pending plan.

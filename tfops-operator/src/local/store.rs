@@ -210,6 +210,50 @@ impl StateDir {
         self.object_dir(key).join("plan")
     }
 
+    /// The run history of an object (the last runs, newest first, as JSON).
+    pub fn history_file(&self, key: &ObjectKey) -> PathBuf {
+        self.object_dir(key).join("history.json")
+    }
+
+    /// The last runs of an object, newest first (none yet: empty).
+    ///
+    /// # Errors
+    /// [`StoreError::Io`], [`StoreError::Damaged`].
+    pub fn history(
+        &self,
+        key: &ObjectKey,
+    ) -> Result<Vec<tfops_core::history::RunEntry>, StoreError> {
+        let path = self.history_file(key);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io("reading", &path)(e)),
+        };
+        serde_json::from_str(&text).map_err(|e| StoreError::Damaged {
+            path: path.clone(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Adds a run to the history of an object, keeping the last
+    /// [`tfops_core::history::MAX_RUNS`]. A damaged history is replaced.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`].
+    pub fn record_run(
+        &self,
+        key: &ObjectKey,
+        entry: tfops_core::history::RunEntry,
+    ) -> Result<(), StoreError> {
+        let mut runs = self.history(key).unwrap_or_default();
+        tfops_core::history::record(&mut runs, entry);
+        let json = serde_json::to_vec_pretty(&runs).map_err(|e| StoreError::Damaged {
+            path: self.history_file(key),
+            message: e.to_string(),
+        })?;
+        write_atomic(&self.history_file(key), &json, false)
+    }
+
     /// The outputs file of an object.
     pub fn outputs_file(&self, key: &ObjectKey) -> PathBuf {
         self.object_dir(key).join("outputs.json")
