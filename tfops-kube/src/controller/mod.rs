@@ -222,12 +222,10 @@ async fn record_run(
         .records
         .iter()
         .any(|r| r.step == StepKind::RemoveFinalizer && r.result.is_ok());
-    let Some(entry) = tfops_core::history::entry(object, report, started) else {
+    let entry = tfops_core::history::entry(object, report, started);
+    let Some(entry) = entry.filter(|_| !released) else {
         return;
     };
-    if released {
-        return;
-    }
     let key = object.key();
     let history = crate::history::KubeRunHistory::new(ctx.client.clone());
     if let Err(error) = history.record(&key, &object.metadata.uid, entry).await {

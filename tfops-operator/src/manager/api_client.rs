@@ -132,4 +132,42 @@ mod tests {
                 .is_none()
         );
     }
+
+    /// A service that answers every request at once with 200.
+    #[derive(Clone)]
+    struct Answer;
+
+    impl Service<http::Request<()>> for Answer {
+        type Response = http::Response<()>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<()>) -> Self::Future {
+            std::future::ready(Ok(http::Response::new(())))
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_past_the_burst_wait_and_every_answer_is_counted() {
+        let metrics = Arc::new(Metrics::new());
+        // One request per minute, a burst of two: the third is held.
+        let mut service = ApiLayer::new(1.0 / 60.0, 2, metrics.clone()).layer(Answer);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        for _ in 0..2 {
+            assert!(service.poll_ready(&mut cx).is_ready(), "within the burst");
+            let request = http::Request::get("/api/v1/pods").body(()).unwrap();
+            service.call(request).await.unwrap();
+        }
+        assert!(service.poll_ready(&mut cx).is_pending(), "past the burst");
+        assert!(service.poll_ready(&mut cx).is_pending(), "still held");
+        let text = metrics.encode();
+        assert!(
+            text.contains("tfops_kube_api_requests_total{method=\"GET\",code=\"200\"} 2"),
+            "{text}"
+        );
+    }
 }
