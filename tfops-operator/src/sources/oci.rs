@@ -124,33 +124,57 @@ fn reference(repo: &str, suffix: &str) -> Result<Reference, OciError> {
         .map_err(|e: oci_client::ParseError| OciError::BadUrl(format!("{repo}{suffix}: {e}")))
 }
 
+/// The [`OciError`] for a registry failure, from the error's structure: its text holds the
+/// registry's URL, whose port can read like a status code (`127.0.0.1:40101` holds "401").
 fn registry_error(reference: &str, e: &oci_client::errors::OciDistributionError) -> OciError {
-    let message = e.to_string();
-    let lower = message.to_ascii_lowercase();
-    if ["401", "403", "unauthorized", "not authorized", "denied"]
-        .iter()
-        .any(|w| lower.contains(w))
-    {
-        OciError::AccessDenied {
-            reference: reference.to_string(),
-            message,
+    use oci_client::errors::{OciDistributionError as E, OciErrorCode as C};
+    enum Kind {
+        Denied,
+        NotFound,
+        Digest,
+        Other,
+    }
+    let by_status = |status: Option<u16>| match status {
+        Some(401 | 403) => Kind::Denied,
+        Some(404) => Kind::NotFound,
+        _ => Kind::Other,
+    };
+    let kind = match e {
+        E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => Kind::Denied,
+        E::ImageManifestNotFoundError(_) => Kind::NotFound,
+        E::DigestError(_) => Kind::Digest,
+        E::ServerError { code, .. } => by_status(Some(*code)),
+        E::RequestError(r) => by_status(r.status().map(|s| s.as_u16())),
+        E::RegistryError { envelope, .. } => {
+            let has = |codes: &[C]| envelope.errors.iter().any(|x| codes.contains(&x.code));
+            if has(&[C::Unauthorized, C::Denied]) {
+                Kind::Denied
+            } else if has(&[
+                C::ManifestUnknown,
+                C::BlobUnknown,
+                C::NameUnknown,
+                C::NotFound,
+                C::ManifestBlobUnknown,
+            ]) {
+                Kind::NotFound
+            } else if has(&[C::DigestInvalid]) {
+                Kind::Digest
+            } else {
+                Kind::Other
+            }
         }
-    } else if lower.contains("404") || lower.contains("not found") || lower.contains("unknown") {
-        OciError::NotFound {
-            reference: reference.to_string(),
-            message,
-        }
-    } else if lower.contains("digest") {
-        OciError::DigestMismatch {
-            reference: reference.to_string(),
+        _ => Kind::Other,
+    };
+    let (reference, message) = (reference.to_string(), e.to_string());
+    match kind {
+        Kind::Denied => OciError::AccessDenied { reference, message },
+        Kind::NotFound => OciError::NotFound { reference, message },
+        Kind::Digest => OciError::DigestMismatch {
+            reference,
             expected: "the manifest's".into(),
             actual: message,
-        }
-    } else {
-        OciError::Registry {
-            reference: reference.to_string(),
-            message,
-        }
+        },
+        Kind::Other => OciError::Registry { reference, message },
     }
 }
 
