@@ -246,6 +246,81 @@ async fn a_person_with_the_approver_role_reviews_approves_and_steers_objects() {
     assert!(err.contains("forbidden") && err.contains("bob"), "{err}");
 }
 
+/// `tfops logs -f`: started before the run, it waits, then prints Terraform's lines while the
+/// apply is still going, and ends when the run's Pod does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_follow_prints_a_run_while_it_goes() {
+    use std::io::{BufRead, BufReader};
+    let op = Operator::start().await;
+    let (_alice_dir, alice) = person(&op, "alice", true).await;
+    let config = format!(
+        "{}\nresource \"terraform_data\" \"ticks\" {{\n  provisioner \"local-exec\" {{\n    command = \"for i in 1 2 3 4; do echo tick-$i; sleep 1; done\"\n  }}\n}}\n",
+        support::operator::CONFIG
+    );
+    op.git.commit("infra", &[("main.tf", &config)]);
+    // Suspended at first, so the CLI starts with no run under way.
+    op.apply(&op.manifest("app", json!({"approvePlan": "auto", "suspend": true})));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tfops-cli"))
+        .args(["logs", "-f", "app", "-n", "team-a"])
+        .env("KUBECONFIG", &alice)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut waiting = String::new();
+    err.read_line(&mut waiting).unwrap();
+    assert!(
+        waiting.contains("team-a/app: no run under way; waiting"),
+        "{waiting}"
+    );
+    op.apply(&op.manifest("app", json!({"approvePlan": "auto", "suspend": false})));
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    // The first tick arrives while the apply still runs (three more seconds of ticks).
+    loop {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("no tick within 120 s: {seen:?}"));
+        seen.push(line.clone());
+        if line.contains("(local-exec): tick-1") {
+            break;
+        }
+    }
+    let now = op.terraforms().get("app").await.unwrap();
+    assert!(
+        !ready_with(&now, "TerraformAppliedSucceed"),
+        "printed while the run was under way"
+    );
+    assert!(
+        seen.iter().any(|l| l == "apply"),
+        "a header per command: {seen:?}"
+    );
+    assert!(seen.iter().any(|l| l == "plan"), "{seen:?}");
+    let status = child.wait().unwrap();
+    seen.extend(rx.try_iter());
+    assert!(status.success(), "{status:?}");
+    assert!(
+        seen.iter().any(|l| l.contains("tick-4"))
+            && seen.iter().any(|l| l.contains("Apply complete!")),
+        "{seen:?}"
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert!(rest.contains("runner Pod has ended"), "{rest}");
+    op.wait_for("app", "recorded the followed apply", 60, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_without_the_crd_is_named_as_such() {
     let cluster = tests::cluster::LoopbackCluster::start().await.unwrap();

@@ -6,96 +6,32 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use serde_json::json;
+use support::manager::Manager;
 use support::operator::{Operator, ready_with};
 
-/// A manager process; killed when dropped.
-struct Manager {
-    child: Child,
-    /// Where its metrics and health endpoints answer.
-    endpoints: String,
-    /// Its log lines so far.
-    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start(op: &Operator, identity: &str) -> Manager {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_manager-process"))
-        .args([
-            "--runner-pod-image",
-            &format!("{}:dev", support::RUNNER_IMAGE),
-            "--namespace",
-            "tfops-system",
-            "--identity",
-            identity,
-            "--leader-election-lease-duration",
-            "3s",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--health-addr",
-            "127.0.0.1:0",
-            "--runner-creation-timeout",
-            "60s",
-            // Not the default port, several namespaces (one without objects), a rate limit.
-            "--runner-grpc-port",
-            "30123",
-            "--watch-namespaces",
-            "team-a,team-b",
-            "--kube-api-qps",
-            "20",
-            "--kube-api-burst",
-            "40",
-        ])
-        .env("KUBECONFIG", &op.controller_kubeconfig)
-        .env("TFOPS_GIT_CACHE", tempfile::tempdir().unwrap().keep())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The first log line names the endpoints (JSON lines: the default format).
-    let (tx, rx) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let started = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the manager logs its start");
-    let line: serde_json::Value = serde_json::from_str(&started).expect("a JSON log line");
-    assert_eq!(line["message"], "tfops-manager starting", "{line}");
-    assert_eq!(line["identity"], identity);
-    let endpoints = line["health"].as_str().unwrap().to_string();
-    // The rest of its log goes to the test's output (shown when a test fails).
-    let who = identity.to_string();
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let kept = log.clone();
-    std::thread::spawn(move || {
-        while let Ok(line) = rx.recv() {
-            eprintln!("[{who}] {line}");
-            kept.lock().unwrap().push(line);
-        }
-    });
-    Manager {
-        child,
-        endpoints,
-        log,
-    }
+    let extra: Vec<String> = [
+        "--leader-election-lease-duration",
+        "3s",
+        // Not the default port, several namespaces (one without objects), a rate limit.
+        "--runner-grpc-port",
+        "30123",
+        "--watch-namespaces",
+        "team-a,team-b",
+        "--kube-api-qps",
+        "20",
+        "--kube-api-burst",
+        "40",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    Manager::start(&op.controller_kubeconfig, identity, &extra)
 }
 
 async fn get(addr: &str, path: &str) -> (u16, String) {
@@ -135,7 +71,7 @@ async fn wait_holder(op: &Operator, test: impl Fn(Option<&str>) -> bool) -> Opti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_elect_a_leader_and_the_standby_takes_over() {
-    let op = Operator::prepare(|_| {}).await;
+    let op = Operator::prepare().await;
     let mut first = Some(start(&op, "m1"));
     let leader = wait_holder(&op, |h| h == Some("m1")).await;
     assert_eq!(leader.as_deref(), Some("m1"));
@@ -229,7 +165,7 @@ async fn two_replicas_elect_a_leader_and_the_standby_takes_over() {
 /// applied twice (one runner Pod, the apply attached to).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_killed_mid_apply_is_followed_by_the_standby_attaching_to_it() {
-    let op = Operator::prepare(|_| {}).await;
+    let op = Operator::prepare().await;
     op.git
         .commit("infra", &[("main.tf", &support::operator::slow(6))]);
     let mut first = Some(start(&op, "m1"));

@@ -6,8 +6,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -99,7 +97,7 @@ async fn runners_killed_or_oom_killed_mid_apply_are_reported_and_the_next_run_su
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pod_never_ready_and_a_full_quota_end_in_their_reasons_then_runs_succeed() {
-    let op = Operator::start_with(|o| o.runner_creation_timeout = Duration::from_secs(4)).await;
+    let op = Operator::start_with(&["--runner-creation-timeout", "4s"]).await;
     let kubelet = op.cluster.kubelet().unwrap().clone();
     kubelet.inject(
         "team-a",
@@ -160,7 +158,7 @@ async fn a_controller_killed_mid_apply_is_followed_by_one_that_attaches() {
     ));
     // The apply is recorded in status and under way, then the controller dies.
     applying(&op, "vpc").await;
-    op.kill_controller().await;
+    op.kill_controller();
     op.start_controller();
     // One runner Pod, one apply: the new controller never started another.
     support::operator::attached_once(&op, "vpc").await;

@@ -15,7 +15,6 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use serde_json::json;
 use support::operator::{Operator, applying, condition, ready_with, slow};
-use tfops_kube::runner::pki::Validity;
 
 /// The controller's CA Secret as stored now (it changes when the CA rotates).
 async fn ca(op: &Operator) -> String {
@@ -29,14 +28,16 @@ async fn ca(op: &Operator) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_ca_rotated_mid_run_lets_the_run_finish_and_the_next_run_uses_the_new_one() {
     // CAs and certificates for 30 s, renewed 24 s ahead: a new CA every 6 s, checked often.
-    let op = Operator::start_with(|o| {
-        o.validity = Validity {
-            ca: Duration::from_secs(30),
-            leaf: Duration::from_secs(30),
-            look_ahead: Duration::from_secs(24),
-        };
-        o.cert_rotation_check = Duration::from_millis(200);
-    })
+    let op = Operator::start_with(&[
+        "--ca-validity-duration",
+        "30s",
+        "--cert-validity-duration",
+        "30s",
+        "--cert-renew-before",
+        "24s",
+        "--cert-rotation-check-frequency",
+        "200ms",
+    ])
     .await;
     // The certificate version each runner Pod was made with.
     let versions = Arc::new(Mutex::new(Vec::<String>::new()));

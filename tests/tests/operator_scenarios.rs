@@ -1,15 +1,21 @@
 //! End-to-end scenarios of issue 14 on the loopback cluster with real runner Pods and
 //! Terraform: drift found and remediated in auto mode (3), a `dependsOn` chain of three
 //! applied in order (4), and a missing `varsFrom` Secret reported, then created, and the
-//! object recovering by itself (10).
+//! object recovering by itself (10); and `--concurrent` holding across watched namespaces.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
-use k8s_openapi::api::core::v1::Secret;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
 use serde_json::json;
-use support::operator::{Operator, condition, ready_with};
+use support::operator::{Operator, condition, ready_with, slow};
+use tfops_kube::Terraform;
 
 fn applied(t: &tfops_kube::Terraform) -> bool {
     ready_with(t, "TerraformAppliedSucceed") || ready_with(t, "TerraformOutputsWritten")
@@ -199,4 +205,63 @@ async fn a_missing_vars_secret_is_reported_and_the_object_recovers_once_it_exist
         .unwrap();
     let greeting = out.data.unwrap()["greeting"].0.clone();
     assert_eq!(String::from_utf8(greeting).unwrap(), "hola");
+}
+
+/// `--concurrent` counts across namespaces: with 1, two objects in two watched namespaces
+/// never run at once (each namespace has its own watch, and once each its own limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_concurrency_limit_holds_across_watched_namespaces() {
+    let op =
+        Operator::start_with(&["--concurrent", "1", "--watch-namespaces", "team-a,team-b"]).await;
+    op.add_namespace("team-b").await;
+    // The most runner Pods alive (not being deleted) at any one time, across namespaces.
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = most.clone();
+    let pods: Api<Pod> = Api::all(op.admin.clone());
+    let watch = tokio::spawn(async move {
+        let mut alive = std::collections::BTreeSet::new();
+        let mut stream = watcher(pods, watcher::Config::default()).boxed();
+        while let Some(Ok(event)) = stream.next().await {
+            match event {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                    let key = (p.metadata.namespace.clone(), p.metadata.name.clone());
+                    if p.metadata.deletion_timestamp.is_some() {
+                        alive.remove(&key);
+                    } else {
+                        alive.insert(key);
+                    }
+                }
+                watcher::Event::Delete(p) => {
+                    alive.remove(&(p.metadata.namespace.clone(), p.metadata.name.clone()));
+                }
+                _ => {}
+            }
+            seen.fetch_max(alive.len(), std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    op.git.commit("infra", &[("main.tf", &slow(3))]);
+    let a = op.manifest("one", json!({"approvePlan": "auto"}));
+    let b = op
+        .manifest("two", json!({"approvePlan": "auto"}))
+        .replace("namespace: team-a", "namespace: team-b");
+    op.apply(&format!("{a}---\n{b}"));
+    op.wait_for("one", "applied", 180, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+    let other: Api<Terraform> = Api::namespaced(op.admin.clone(), "team-b");
+    let done = |t: Option<&Terraform>| t.is_some_and(|t| ready_with(t, "TerraformAppliedSucceed"));
+    tokio::time::timeout(
+        Duration::from_secs(180),
+        kube::runtime::wait::await_condition(other, "two", done),
+    )
+    .await
+    .expect("team-b/two applied")
+    .unwrap();
+    watch.abort();
+    assert_eq!(
+        most.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one run at a time across both namespaces"
+    );
 }

@@ -71,6 +71,9 @@ pub enum ActionError {
         #[source]
         source: kube::Error,
     },
+    /// Watching or streaming broke off.
+    #[error("{0}")]
+    Watch(String),
     /// A stored plan could not be read.
     #[error(transparent)]
     Plan(#[from] tfops_core::ports::PortError),
@@ -128,6 +131,18 @@ impl Actions {
     /// Actions taken with `client`.
     pub fn new(client: kube::Client) -> Self {
         Self { client }
+    }
+
+    pub(crate) fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// The error for a failed call about something other than the object: RBAC, or the API's.
+    pub(crate) fn failed(&self, doing: String, e: kube::Error) -> ActionError {
+        match &e {
+            kube::Error::Api(s) if s.code == 403 => ActionError::Forbidden(s.message.clone()),
+            _ => ActionError::Api { doing, source: e },
+        }
     }
 
     fn api(&self, namespace: &str) -> Api<Terraform> {
@@ -369,3 +384,6 @@ impl Actions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,12 +9,15 @@
 //! - [`runner`]: runner Pods (seed 002), their TLS, and sessions that notice a dying Pod;
 //!   [`runner_stores`]: what a runner Pod writes plans and outputs with.
 //! - [`controller`]: the `kube::runtime` controller around the core's driver.
+//! - [`actions`]: what people do to objects (approve, replan, …, as Argo CD's actions do);
+//!   [`follow`]: a run's output as it goes; [`history`]: the last runs.
 
 pub mod actions;
 pub mod controller;
 pub mod credentials;
 pub mod error;
 pub mod events;
+pub mod follow;
 pub mod history;
 pub mod inputs;
 pub mod meta;

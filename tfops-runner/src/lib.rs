@@ -17,6 +17,11 @@ pub mod terraform;
 pub mod tls;
 pub mod workdir;
 
+/// The `tracing` target of Terraform's output lines in the runner's log: each line a command
+/// prints is also an event of this target (fields `run_id`, `command`, `stream`), so the runner
+/// Pod's log carries it for `kubectl logs` and `tfops logs -f`.
+pub const OUTPUT_TARGET: &str = "terraform";
+
 /// Generated from `proto/runner.proto`.
 #[allow(
     missing_docs,

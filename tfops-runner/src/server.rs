@@ -269,7 +269,7 @@ impl RunnerService {
             result,
             cancel,
         });
-        runs.insert(run_id, entry.clone());
+        runs.insert(run_id.clone(), entry.clone());
         let (terraform, object) = {
             let state = lock(&self.state);
             (state.terraform.clone(), state.object.clone())
@@ -280,11 +280,24 @@ impl RunnerService {
         };
         let max_lines = self.config.max_log_lines;
         let task_entry = entry.clone();
+        let (logged_id, name) = (run_id, command_name(&command));
         tokio::spawn(async move {
             let (log_tx, mut log_rx) = mpsc::unbounded_channel::<(LineStream, String)>();
             let lines_entry = task_entry.clone();
             let forward = tokio::spawn(async move {
                 while let Some((stream, line)) = log_rx.recv().await {
+                    // Also in the Pod's log, for `kubectl logs` and `tfops logs -f`.
+                    let from = match stream {
+                        LineStream::Stdout => "stdout",
+                        LineStream::Stderr => "stderr",
+                    };
+                    tracing::info!(
+                        target: crate::OUTPUT_TARGET,
+                        run_id = %logged_id,
+                        command = name,
+                        stream = from,
+                        message = %line
+                    );
                     let mut lines = lock(&lines_entry.lines);
                     if lines.len() < max_lines {
                         lines.push(proto::LogLine {
@@ -876,6 +889,24 @@ fn source_chain(e: &dyn std::error::Error) -> String {
         cur = s.source();
     }
     parts.join(": ")
+}
+
+/// The command's name in log lines.
+fn command_name(command: &Command) -> &'static str {
+    match command {
+        Command::Init(_) => "init",
+        Command::SelectWorkspace(_) => "workspace",
+        Command::Plan(_) => "plan",
+        Command::Show(_) => "show",
+        Command::SavePlan(_) => "save-plan",
+        Command::DeletePlan(_) => "delete-plan",
+        Command::WriteOutputs(_) => "write-outputs",
+        Command::Apply(_) => "apply",
+        Command::Output(_) => "output",
+        Command::Inventory(_) => "inventory",
+        Command::Destroy(_) => "destroy",
+        Command::ForceUnlock(_) => "force-unlock",
+    }
 }
 
 #[cfg(test)]

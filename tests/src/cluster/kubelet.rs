@@ -79,6 +79,13 @@ pub(super) struct State {
     graceful: Mutex<HashMap<String, bool>>,
 }
 
+impl State {
+    /// Whether the container of the Pod with `uid` is running.
+    pub(super) fn is_running(&self, uid: &str) -> bool {
+        lock(&self.running).contains_key(uid)
+    }
+}
+
 /// A test's handle on the kubelet: faults and kills.
 #[derive(Clone)]
 pub struct Kubelet {

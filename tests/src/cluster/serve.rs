@@ -398,7 +398,9 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     json_response(code, &body)
 }
 
-/// `pods/<name>/log`: the container's output as plain text (`tailLines` honoured).
+/// `pods/<name>/log`: the container's output as plain text (`tailLines` honoured); with
+/// `follow=true` it goes on streaming what the container writes until the container ends, as
+/// the kubelet does.
 fn pod_log(
     shared: &Shared,
     target: &handlers::Target,
@@ -420,12 +422,14 @@ fn pod_log(
         .kubelet
         .as_ref()
         .and_then(|k| lock(&k.logs).get(&format!("{namespace}/{name}")).cloned());
-    let Some(text) = path.and_then(|p| std::fs::read_to_string(p).ok()) else {
+    let Some((path, text)) = path.and_then(|p| Some((p.clone(), std::fs::read_to_string(p).ok()?)))
+    else {
         let container = pod["spec"]["containers"][0]["name"].as_str().unwrap_or("");
         return error_response(&ApiError::bad_request(format!(
             "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"
         )));
     };
+    let read = text.len() as u64;
     let text = match q.get("tailLines").and_then(|t| t.parse::<usize>().ok()) {
         Some(n) => {
             let lines: Vec<&str> = text.lines().collect();
@@ -435,12 +439,71 @@ fn pod_log(
         }
         None => text,
     };
-    let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
+    let uid = pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let body = match shared.kubelet.clone() {
+        Some(kubelet) if q.get("follow").is_some_and(|f| f == "true") => {
+            follow_log(kubelet, uid, path, (text, read))
+        }
+        _ => Full::new(Bytes::from(text)).boxed(),
+    };
+    let mut response = Response::new(body);
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("text/plain"),
     );
     response
+}
+
+/// A log body that starts with `text` (of the first `read` bytes of `path`) and goes on with
+/// what is appended to `path` until the
+/// container of Pod `uid` is no longer running (then the rest is sent and the body ends) or
+/// the client goes away.
+fn follow_log(
+    kubelet: Arc<super::kubelet::State>,
+    uid: String,
+    path: std::path::PathBuf,
+    (text, read): (String, u64),
+) -> Body {
+    let (tx, rx) = tokio::sync::mpsc::channel::<
+        Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
+    >(16);
+    tokio::spawn(async move {
+        let mut sent = read;
+        if tx
+            .send(Ok(hyper::body::Frame::data(Bytes::from(text))))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            // Checked before reading: what the container wrote before it ended is still sent.
+            let ended = !kubelet.is_running(&uid);
+            let more = std::fs::read(&path)
+                .ok()
+                .and_then(|all| all.get(usize::try_from(sent).ok()?..).map(<[u8]>::to_vec))
+                .unwrap_or_default();
+            if !more.is_empty() {
+                sent += more.len() as u64;
+                if tx
+                    .send(Ok(hyper::body::Frame::data(Bytes::from(more))))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            if ended {
+                return;
+            }
+            // A file has no change notification here; a short poll stands in for the kubelet's.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    });
+    StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx)).boxed()
 }
 
 /// The requests about identity rather than objects: a `SelfSubjectAccessReview` (answered

@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod git;
+pub mod manager;
 pub mod operator;
 
 use std::path::{Path, PathBuf};

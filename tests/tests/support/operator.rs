@@ -1,7 +1,7 @@
 //! The whole operator on the loopback cluster: the CRDs, the RBAC of `config/rbac/` bound to
-//! the controller's and the runners' ServiceAccounts, a Git repository, and the controller
-//! (`tfops_operator::cluster::run`) running as its ServiceAccount in this process, where a test
-//! can stop, kill and restart it.
+//! the controller's and the runners' ServiceAccounts, a Git repository, and the manager
+//! running as a process with the controller's ServiceAccount token, which a test can kill and
+//! start again.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,9 +15,9 @@ use kube::runtime::wait::await_condition;
 use serde_json::json;
 use tests::cluster::LoopbackCluster;
 use tfops_kube::Terraform;
-use tfops_operator::cluster::ClusterOptions;
 
 use super::git::GitDaemon;
+use super::manager::Manager;
 
 /// The configuration every test's repository starts with.
 pub const CONFIG: &str = r#"variable "greeting" {
@@ -44,12 +44,8 @@ pub struct Operator {
     pub kubeconfig: PathBuf,
     /// A kubeconfig file of the controller's ServiceAccount, for manager processes.
     pub controller_kubeconfig: PathBuf,
-    controller: kube::Client,
-    options: ClusterOptions,
-    running: Option<(
-        tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<()>,
-    )>,
+    flags: Vec<String>,
+    running: Option<Manager>,
     _dirs: Vec<tempfile::TempDir>,
 }
 
@@ -62,21 +58,27 @@ pub fn kubeconfig_dir_for(cluster: &LoopbackCluster, token: &str) -> (tempfile::
 }
 
 impl Operator {
-    /// Everything set up and the controller running, watching all namespaces; objects go in
-    /// `team-a`, whose `tf-runner` ServiceAccount holds the runner's role.
+    /// Everything set up and the manager running (one replica, no leader election), watching
+    /// all namespaces; objects go in `team-a`, whose `tf-runner` ServiceAccount holds the
+    /// runner's role.
     pub async fn start() -> Self {
-        Self::start_with(|_| {}).await
+        Self::start_with(&[]).await
     }
 
-    /// [`Operator::start`] with the controller's options changed by `change`.
-    pub async fn start_with(change: impl FnOnce(&mut ClusterOptions)) -> Self {
-        let mut operator = Self::prepare(change).await;
+    /// [`Operator::start`] with more manager flags (they win over the defaults).
+    pub async fn start_with(flags: &[&str]) -> Self {
+        let mut operator = Self::prepare().await;
+        operator.flags = ["--leader-election", "false"]
+            .iter()
+            .chain(flags)
+            .map(ToString::to_string)
+            .collect();
         operator.start_controller();
         operator
     }
 
-    /// Everything but the controller (a test starts manager processes itself).
-    pub async fn prepare(change: impl FnOnce(&mut ClusterOptions)) -> Self {
+    /// Everything but the manager (a test starts manager processes itself).
+    pub async fn prepare() -> Self {
         let (cluster, pods_dir) = super::cluster_with_kubelet().await;
         let admin = super::client(&cluster).await;
         super::terraform_crd_served(&admin).await;
@@ -139,14 +141,6 @@ impl Operator {
             .service_account_token("tfops-system", "tfops-controller")
             .unwrap();
         let controller_kubeconfig = kubeconfig_dir_for(&cluster, &token);
-        let controller = super::client_for(&cluster, &token).await;
-        let cache = tempfile::tempdir().unwrap();
-        let mut options =
-            ClusterOptions::new("tfops-system", &format!("{}:dev", super::RUNNER_IMAGE));
-        options.git_cache = cache.path().join("git");
-        options.runner_creation_timeout = Duration::from_secs(60);
-        options.controller.error_requeue = Duration::from_secs(2);
-        change(&mut options);
         let git = GitDaemon::start();
         git.commit("infra", &[("main.tf", CONFIG)]);
         let (kubeconfig_dir, kubeconfig) = super::kubeconfig_file(&cluster);
@@ -157,33 +151,38 @@ impl Operator {
             git,
             kubeconfig,
             controller_kubeconfig,
-            controller,
-            options,
+            flags: Vec::new(),
             running: None,
-            _dirs: vec![pods_dir, cache, kubeconfig_dir, controller_dir],
+            _dirs: vec![pods_dir, kubeconfig_dir, controller_dir],
         }
     }
 
-    /// Starts the controller (again).
+    /// Starts the manager (again).
     pub fn start_controller(&mut self) {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (client, options) = (self.controller.clone(), self.options.clone());
-        let handle = tokio::spawn(async move {
-            tfops_operator::cluster::run(client, options, async {
-                let _ = stopped.await;
-            })
+        self.running = Some(Manager::start(
+            &self.controller_kubeconfig,
+            "tfops-manager-0",
+            &self.flags,
+        ));
+    }
+
+    /// Kills the manager where it stands (SIGKILL: nothing it had under way finishes).
+    pub fn kill_controller(&mut self) {
+        self.running = None;
+    }
+
+    /// Another namespace for objects, prepared as `team-a` is (a `tf-runner` ServiceAccount
+    /// holding the runner's role).
+    pub async fn add_namespace(&self, namespace: &str) {
+        super::namespace(&self.admin, namespace).await;
+        Api::<ServiceAccount>::namespaced(self.admin.clone(), namespace)
+            .create(
+                &PostParams::default(),
+                &super::from_json(json!({"metadata": {"name": "tf-runner"}})),
+            )
             .await
             .unwrap();
-        });
-        self.running = Some((stop, handle));
-    }
-
-    /// Kills the controller where it stands (a crash: nothing it had under way finishes).
-    pub async fn kill_controller(&mut self) {
-        if let Some((_, handle)) = self.running.take() {
-            handle.abort();
-            let _ = handle.await;
-        }
+        super::grant_runner(&self.admin, namespace, "tf-runner").await;
     }
 
     /// `kubectl apply` of `yaml` as the admin; panics when kubectl fails.

@@ -71,10 +71,10 @@ impl std::fmt::Debug for Observer {
 /// How the controller runs.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The namespaces to watch (empty: all). Each has its own watch and its own
-    /// [`Settings::concurrency`] reconciles; dependencies are found across them.
+    /// The namespaces to watch (empty: all). Each has its own watch; dependencies are found
+    /// across them.
     pub namespaces: Vec<String>,
-    /// Reconciles running at once.
+    /// Reconciles running at once, across all watched namespaces (0: no limit).
     pub concurrency: u16,
     /// Wait before retrying a reconcile that failed.
     pub error_requeue: Duration,
@@ -103,6 +103,9 @@ pub struct Context {
     index: Arc<DependsIndex>,
     /// The caches of every watched namespace.
     stores: Vec<Store<Terraform>>,
+    /// [`Settings::concurrency`] permits shared by every namespace's controller (each of
+    /// which would otherwise allow that many on its own).
+    permits: Arc<tokio::sync::Semaphore>,
     settings: Settings,
 }
 
@@ -162,7 +165,11 @@ async fn reconcile(cached: Arc<Terraform>, ctx: Arc<Context>) -> Result<Action, 
         step = tracing::field::Empty,
         run_id = tracing::field::Empty
     );
+    // The semaphore is never closed, so acquiring fails never; were it closed, the reconcile
+    // would go on unlimited rather than stop.
+    let permit = ctx.permits.acquire().await.ok();
     let result = tracing::Instrument::instrument(reconcile_once(&key, &ctx), span).await;
+    drop(permit);
     if let Some(Observer(observer)) = &ctx.settings.observer {
         match &result {
             Ok(Some(report)) => observer.reconciled(&key, started.elapsed(), Ok(report)),
@@ -333,6 +340,10 @@ pub async fn run(
         .collect();
     let stores: Vec<Store<Terraform>> = controllers.iter().map(Controller::store).collect();
     let driver = Driver::new(ports.clone());
+    let permits = Arc::new(tokio::sync::Semaphore::new(match settings.concurrency {
+        0 => tokio::sync::Semaphore::MAX_PERMITS,
+        n => usize::from(n),
+    }));
     let runs = controllers.into_iter().map(|controller| {
         let context = Arc::new(Context {
             client: client.clone(),
@@ -341,6 +352,7 @@ pub async fn run(
             events: events.clone(),
             index: index.clone(),
             stores: stores.clone(),
+            permits: permits.clone(),
             settings: settings.clone(),
         });
         controller

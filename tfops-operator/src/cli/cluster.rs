@@ -92,6 +92,10 @@ pub struct LogsArgs {
     /// Which run: 1 is the newest (as `tfops history` numbers them).
     #[arg(long, default_value_t = 1)]
     pub run: usize,
+    /// Follow the run under way (or wait for the next one) and print Terraform's output as
+    /// it comes, from the runner Pod's log, until the run's Pod ends.
+    #[arg(short = 'f', long, conflicts_with = "run")]
+    pub follow: bool,
     /// The cluster.
     #[command(flatten)]
     pub cluster: ClusterArgs,
@@ -275,13 +279,34 @@ pub async fn history(args: NameArgs) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-/// `tfops logs`: the kept output of one run.
+/// `tfops logs`: the kept output of one run, or with `-f` the output of the run under way.
 ///
 /// # Errors
 /// The cluster's; a run number past the history.
 pub async fn logs(args: LogsArgs) -> anyhow::Result<bool> {
     let (actions, namespace) = connect(&args.cluster).await?;
     let key = ObjectKey::new(&namespace, &args.name);
+    if args.follow {
+        if !actions.run_in_progress(&key).await? {
+            eprintln!("{key}: no run under way; waiting for the next one (Ctrl-C to stop)");
+            actions.wait_for_run(&key).await?;
+        }
+        let mut command = String::new();
+        actions
+            .follow_output(&key, |out| {
+                if out.command != command {
+                    println!("{}", out.command);
+                    command.clone_from(&out.command);
+                }
+                println!("    {}", out.line);
+            })
+            .await?;
+        eprintln!(
+            "{key}: the run's runner Pod has ended; `tfops history {}` shows the result",
+            args.name
+        );
+        return Ok(true);
+    }
     super::history::print_output(&key.to_string(), &actions.history(&key).await?, args.run)?;
     Ok(true)
 }

@@ -15,13 +15,20 @@ fn go_duration(text: &str) -> Result<Duration, String> {
 
 /// `tfops-manager`: reconciles `Terraform` objects in a cluster.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "tfops-manager", version, about, long_about = None)]
+// A flag given twice takes its last value (as Go's flag package does for tofu-controller's).
+#[command(
+    name = "tfops-manager",
+    version,
+    about,
+    long_about = None,
+    args_override_self = true
+)]
 pub struct Flags {
     /// The runner image (pinned per release): runner Pods use it unless `spec.runner.image`
     /// says otherwise.
     #[arg(long, env = "RUNNER_POD_IMAGE")]
     pub runner_pod_image: String,
-    /// Reconciles running at once.
+    /// Reconciles running at once, across all watched namespaces (0: no limit).
     #[arg(long, env = "TFOPS_CONCURRENT", default_value_t = 4)]
     pub concurrent: u16,
     /// How long a runner Pod may take to become Ready (Go duration).
@@ -34,9 +41,22 @@ pub struct Flags {
     /// How long the runner CA is valid (Go duration); it is renewed a quarter before.
     #[arg(long, env = "TFOPS_CA_VALIDITY_DURATION", default_value = "2160h", value_parser = go_duration)]
     pub ca_validity_duration: Duration,
+    /// How long the certificates of runners and of the manager are valid (Go duration);
+    /// default a third of the CA's validity, at least an hour or the CA's validity if shorter.
+    #[arg(long, env = "TFOPS_CERT_VALIDITY_DURATION", value_parser = go_duration)]
+    pub cert_validity_duration: Option<Duration>,
+    /// How long before expiry the CA and certificates are renewed (Go duration); default a
+    /// quarter of the CA's validity.
+    #[arg(long, env = "TFOPS_CERT_RENEW_BEFORE", value_parser = go_duration)]
+    pub cert_renew_before: Option<Duration>,
     /// How often the CA's expiry is checked (Go duration).
     #[arg(long, env = "TFOPS_CERT_ROTATION_CHECK_FREQUENCY", default_value = "30m", value_parser = go_duration)]
     pub cert_rotation_check_frequency: Duration,
+    /// How long to wait before retrying a reconcile that failed for a reason of the cluster
+    /// (the API server unreachable, a conflict); an object's own failures wait its
+    /// `spec.retryInterval` (Go duration).
+    #[arg(long, env = "TFOPS_ERROR_REQUEUE_INTERVAL", default_value = "10s", value_parser = go_duration)]
+    pub error_requeue_interval: Duration,
     /// The namespaces to watch, comma-separated; all when not given (the controller's RBAC
     /// may then be bound per namespace instead of cluster-wide).
     #[arg(

@@ -14,6 +14,7 @@ pub mod serve;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use tfops_kube::controller::Observer;
@@ -23,13 +24,40 @@ use crate::cluster::ClusterOptions;
 use flags::Flags;
 
 /// The controller's options from the flags.
-pub fn options(flags: &Flags, identity: &str, metrics: Arc<metrics::Metrics>) -> ClusterOptions {
+///
+/// # Errors
+/// Certificate lifetimes that would renew without end: a renewal window not shorter than
+/// the certificates' validity, or certificates outliving their CA.
+pub fn options(
+    flags: &Flags,
+    identity: &str,
+    metrics: Arc<metrics::Metrics>,
+) -> anyhow::Result<ClusterOptions> {
     let mut o = ClusterOptions::new(&flags.namespace, &flags.runner_pod_image);
+    let ca = flags.ca_validity_duration;
     o.validity = Validity {
-        ca: flags.ca_validity_duration,
-        leaf: (flags.ca_validity_duration / 3).max(std::time::Duration::from_secs(3600)),
-        look_ahead: flags.ca_validity_duration / 4,
+        ca,
+        leaf: flags
+            .cert_validity_duration
+            .unwrap_or_else(|| (ca / 3).max(Duration::from_secs(3600)).min(ca)),
+        look_ahead: flags.cert_renew_before.unwrap_or(ca / 4),
     };
+    let v = &o.validity;
+    if v.leaf > v.ca {
+        anyhow::bail!(
+            "--cert-validity-duration ({}) must not be longer than --ca-validity-duration ({})",
+            tfops_core::duration::format(v.leaf),
+            tfops_core::duration::format(v.ca)
+        );
+    }
+    if v.look_ahead >= v.leaf {
+        anyhow::bail!(
+            "--cert-renew-before ({}) must be shorter than the certificates' validity ({})",
+            tfops_core::duration::format(v.look_ahead),
+            tfops_core::duration::format(v.leaf)
+        );
+    }
+    o.controller.error_requeue = flags.error_requeue_interval;
     o.runner_creation_timeout = flags.runner_creation_timeout;
     o.runner_max_message = flags.runner_grpc_max_message_size;
     o.cert_rotation_check = flags.cert_rotation_check_frequency;
@@ -42,7 +70,7 @@ pub fn options(flags: &Flags, identity: &str, metrics: Arc<metrics::Metrics>) ->
     o.runner_grpc_port = flags.runner_grpc_port;
     o.controller.concurrency = flags.concurrent;
     o.controller.observer = Some(Observer(metrics));
-    o
+    Ok(o)
 }
 
 /// SIGTERM or SIGINT.
@@ -89,9 +117,10 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         std::env::var("HOSTNAME")
             .unwrap_or_else(|_| format!("tfops-manager-{}", std::process::id()))
     });
+    let options = options(&flags, &identity, metrics.clone())?;
     let ready = Arc::new(AtomicBool::new(false));
     let endpoints = serve::Endpoints {
-        metrics: metrics.clone(),
+        metrics,
         ready: ready.clone(),
     };
     let metrics_at = serve::serve(flags.metrics_addr, endpoints.clone())
@@ -105,7 +134,6 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             .with_context(|| format!("serving health on {}", flags.health_addr))?
     };
     tracing::info!(%identity, metrics = %metrics_at, health = %health_at, "tfops-manager starting");
-    let options = options(&flags, &identity, metrics);
     if !flags.leader_election {
         ready.store(true, Ordering::Relaxed);
         tokio::select! {
@@ -141,4 +169,67 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     }
     leadership.release().await;
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(extra: &[&str]) -> anyhow::Result<ClusterOptions> {
+        let mut args = vec!["tfops-manager", "--runner-pod-image", "r:1"];
+        args.extend_from_slice(extra);
+        options(
+            &Flags::try_parse_from(args).unwrap(),
+            "me",
+            Arc::new(metrics::Metrics::new()),
+        )
+    }
+
+    #[test]
+    fn certificate_lifetimes_follow_the_flags_and_refuse_endless_renewal() {
+        let o = parse(&[]).unwrap();
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            (o.validity.ca, o.validity.leaf, o.validity.look_ahead),
+            (90 * day, 30 * day, Duration::from_secs(90 * 86_400 / 4))
+        );
+        // Short lifetimes (as the rotation tests use): the leaf never outlives its CA.
+        let o = parse(&["--ca-validity-duration", "30s"]).unwrap();
+        assert_eq!(o.validity.leaf, Duration::from_secs(30));
+        let o = parse(&[
+            "--ca-validity-duration",
+            "30s",
+            "--cert-validity-duration",
+            "20s",
+            "--cert-renew-before",
+            "15s",
+            "--error-requeue-interval",
+            "2s",
+            // Given twice: the last one counts.
+            "--error-requeue-interval",
+            "3s",
+        ])
+        .unwrap();
+        assert_eq!(
+            (o.validity.leaf, o.validity.look_ahead),
+            (Duration::from_secs(20), Duration::from_secs(15))
+        );
+        assert_eq!(o.controller.error_requeue, Duration::from_secs(3));
+        let e = parse(&["--ca-validity-duration", "1h", "--cert-renew-before", "2h"]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--cert-renew-before (2h) must be shorter"),
+            "{e}"
+        );
+        let e = parse(&[
+            "--ca-validity-duration",
+            "1h",
+            "--cert-validity-duration",
+            "2h",
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("must not be longer"), "{e}");
+    }
 }
