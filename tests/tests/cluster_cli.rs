@@ -335,18 +335,9 @@ async fn a_cluster_without_the_crd_is_named_as_such() {
     // Installed as the message says, with kubectl (a YAML 1.1 reader: a plain `no` would be
     // the boolean false and every object's default `forceUnlock` invalid).
     let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/crd/");
-    let (ok, out, err) = support::kubectl(&kubeconfig, &["apply", "-f", crds.to_str().unwrap()]);
+    let (ok, out, err) = support::kubectl(&kubeconfig, &["apply", "-k", crds.to_str().unwrap()]);
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = support::kubectl(
-        &kubeconfig,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/terraforms.infra.argocd.io",
-            "--timeout=30s",
-        ],
-    );
-    assert!(ok, "{out}{err}");
+    support::terraform_crd_established(&kubeconfig);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("app.yaml");
     std::fs::write(

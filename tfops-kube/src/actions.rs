@@ -24,7 +24,7 @@ pub enum ActionError {
     NotFound(ObjectKey),
     /// The API server does not serve `Terraform` objects.
     #[error(
-        "the API server does not serve {PLURAL}.{group}: the CRD is not installed (kubectl apply -f config/crd/)",
+        "the API server does not serve {PLURAL}.{group}: the CRD is not installed (kubectl apply -k config/crd, or the Helm chart)",
         group = tfops_core::api::GROUP
     )]
     CrdMissing,

@@ -1,6 +1,6 @@
 //! The `Terraform` CRD: generated from the core's types, checked in at
-//! `config/crd/infra.argocd.io_terraforms.yaml` (this test fails when it is stale;
-//! `TFOPS_UPDATE_CRD=1` rewrites it), accepted by the loopback API server as a structural
+//! `config/crd/infra.argocd.io_terraforms.yaml` and in the chart's `crds/` (this test fails
+//! when either is stale; `TFOPS_UPDATE_CRD=1` rewrites them), accepted by the loopback API server as a structural
 //! schema, and every example manifest validates against it there (server-side dry run).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -29,9 +29,18 @@ fn assert_checked_in(path: &std::path::Path, generated: &str) {
     );
 }
 
+/// The chart's copy of a CRD file of `config/crd/` (Helm installs what is in its `crds/`).
+fn in_chart(path: &std::path::Path) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../charts/tfops/crds")
+        .join(path.file_name().unwrap())
+}
+
 #[test]
 fn the_checked_in_crd_is_the_generated_one() {
-    assert_checked_in(&checked_in(), &tfops_kube::crd_yaml().unwrap());
+    let generated = tfops_kube::crd_yaml().unwrap();
+    assert_checked_in(&checked_in(), &generated);
+    assert_checked_in(&in_chart(&checked_in()), &generated);
 }
 
 async fn client(cluster: &LoopbackCluster) -> kube::Client {
@@ -110,10 +119,9 @@ fn checked_in_policy_crd() -> PathBuf {
 
 #[test]
 fn the_checked_in_policy_crd_is_the_generated_one() {
-    assert_checked_in(
-        &checked_in_policy_crd(),
-        &tfops_kube::policy_crd_yaml().unwrap(),
-    );
+    let generated = tfops_kube::policy_crd_yaml().unwrap();
+    assert_checked_in(&checked_in_policy_crd(), &generated);
+    assert_checked_in(&in_chart(&checked_in_policy_crd()), &generated);
 }
 
 /// The starter policies are valid `TerraformPolicy` objects, and the policy source reads them

@@ -134,6 +134,19 @@ const BUILT_IN: &[Row] = &[
         false,
     ),
     ("", "v1", "pods", "Pod", &["po"], true, true, false),
+    // Stored only (no controller runs Deployments or routes Services here): enough for an
+    // installation to be applied with kubectl as it would be to a real cluster.
+    ("", "v1", "services", "Service", &["svc"], true, true, false),
+    (
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        &["deploy"],
+        true,
+        true,
+        true,
+    ),
     ("", "v1", "events", "Event", &["ev"], true, false, false),
     (
         "",

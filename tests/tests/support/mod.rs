@@ -212,6 +212,21 @@ pub async fn terraform(
         .unwrap()
 }
 
+/// Waits (with `kubectl wait`, at most 30 s) until the `Terraform` CRD installed with
+/// kubectl is Established.
+pub fn terraform_crd_established(kubeconfig: &Path) {
+    let (ok, out, err) = kubectl(
+        kubeconfig,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/terraforms.infra.argocd.io",
+            "--timeout=30s",
+        ],
+    );
+    assert!(ok, "the Terraform CRD never became Established: {out}{err}");
+}
+
 /// The runner binary the loopback kubelet runs for the runner image: this crate's
 /// `runner-pod`, the `tfops-runner` process built with the tests themselves.
 pub fn runner_binary() -> PathBuf {

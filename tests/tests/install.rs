@@ -1,0 +1,503 @@
+//! Installing tfops (issue 15): the Helm chart (`charts/tfops`) and the Kustomize tree
+//! (`config/`) lint, render and validate against Kubernetes' schemas (`kubernetes-validate
+//! --strict`) with Helm 4 and Helm 3 alike; Helm and Kustomize render the same objects for the
+//! same settings; and the chart's rendering, applied to the loopback cluster with kubectl,
+//! runs a Terraform object from creation to Ready to deletion with the manager holding only
+//! the chart's ServiceAccount token and the runner only `tf-runner`'s. Negative checks: a
+//! namespace's runner cannot read another namespace's Secrets; the controller cannot modify a
+//! state Secret.
+//!
+//! Helm and kubernetes-validate come from `TFOPS_HELM`, `TFOPS_HELM3` and
+//! `TFOPS_KUBERNETES_VALIDATE` (set by `scripts/test`), else from `scripts/install-helm` and
+//! `scripts/install-kubernetes-validate`, which install them under `.tools` when missing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use support::manager::Manager;
+use support::operator::{CONFIG, ready_with};
+use tfops_kube::Terraform;
+
+/// The namespace of `config/default` and of the chart's install here.
+const NAMESPACE: &str = "argocd-terraform-controller-system";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `env`, else what `script args` prints (it installs the tool when missing); once per run.
+fn tool(cell: &'static OnceLock<PathBuf>, env: &str, script: &str, args: &[&str]) -> PathBuf {
+    cell.get_or_init(|| {
+        if let Some(path) = std::env::var_os(env) {
+            return PathBuf::from(path);
+        }
+        let out = Command::new(repo().join("scripts").join(script))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+    .clone()
+}
+
+fn helm(major: u8) -> PathBuf {
+    static HELM4: OnceLock<PathBuf> = OnceLock::new();
+    static HELM3: OnceLock<PathBuf> = OnceLock::new();
+    match major {
+        4 => tool(&HELM4, "TFOPS_HELM", "install-helm", &[]),
+        _ => tool(&HELM3, "TFOPS_HELM3", "install-helm", &["--major", "3"]),
+    }
+}
+
+fn validator() -> PathBuf {
+    static CELL: OnceLock<PathBuf> = OnceLock::new();
+    tool(
+        &CELL,
+        "TFOPS_KUBERNETES_VALIDATE",
+        "install-kubernetes-validate",
+        &[],
+    )
+}
+
+/// Runs `program args` in the repository; its standard output, or a panic with its errors.
+fn run(program: &Path, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} {args:?}: {}{}",
+        program.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The chart rendered by Helm `major` with `values` files and `set` values.
+fn helm_template(major: u8, values: &[&str], set: &[&str]) -> String {
+    let mut args = vec![
+        "template",
+        "tfops",
+        "charts/tfops",
+        "--namespace",
+        NAMESPACE,
+        "--include-crds",
+    ];
+    for v in values {
+        args.extend(["--values", v]);
+    }
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    run(&helm(major), &args)
+}
+
+fn kustomize(dir: &Path) -> String {
+    run(Path::new("kubectl"), &["kustomize", dir.to_str().unwrap()])
+}
+
+/// Validates `manifests` strictly against Kubernetes 1.32's schemas.
+fn validate(what: &str, manifests: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("manifests.yaml");
+    std::fs::write(&file, manifests).unwrap();
+    let out = Command::new(validator())
+        .args(["-k", "1.32.0", "--strict", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what} does not validate: {text}");
+    assert!(!text.contains("ERROR"), "{what}: {text}");
+    assert!(text.contains("passed"), "{what}: nothing validated: {text}");
+}
+
+/// The objects of a multi-document YAML stream, by kind, namespace and name, without the
+/// labels only Helm adds.
+fn objects(yaml: &str) -> BTreeMap<(String, String, String), Value> {
+    let mut all = BTreeMap::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(yaml) {
+        let mut v = Value::deserialize(doc).unwrap();
+        if v.is_null() {
+            continue;
+        }
+        if let Some(labels) = v
+            .pointer_mut("/metadata/labels")
+            .and_then(Value::as_object_mut)
+        {
+            for helm_only in [
+                "helm.sh/chart",
+                "app.kubernetes.io/managed-by",
+                "app.kubernetes.io/instance",
+                "app.kubernetes.io/version",
+            ] {
+                labels.remove(helm_only);
+            }
+            if labels.is_empty() {
+                v["metadata"].as_object_mut().unwrap().remove("labels");
+            }
+        }
+        let text = |p: &str| {
+            v.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let key = (
+            text("/kind"),
+            text("/metadata/namespace"),
+            text("/metadata/name"),
+        );
+        assert!(all.insert(key.clone(), v).is_none(), "{key:?} twice");
+    }
+    all
+}
+
+fn ci_values() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(repo().join("charts/tfops/ci"))
+        .unwrap()
+        .map(|e| {
+            format!(
+                "charts/tfops/ci/{}",
+                e.unwrap().file_name().to_string_lossy()
+            )
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "{files:?}");
+    files
+}
+
+#[test]
+fn the_chart_lints_and_renders_valid_manifests_with_helm_4_and_3() {
+    for values in ci_values() {
+        for major in [4, 3] {
+            run(
+                &helm(major),
+                &["lint", "charts/tfops", "--strict", "--values", &values],
+            );
+        }
+        let rendered = helm_template(4, &[&values], &[]);
+        validate(&values, &rendered);
+        assert_eq!(
+            objects(&rendered),
+            objects(&helm_template(3, &[&values], &[])),
+            "Helm 3 renders {values} as Helm 4 does"
+        );
+    }
+    // Bad values are refused by values.schema.json with the offending field named.
+    let out = Command::new(helm(4))
+        .args(["template", "t", "charts/tfops", "--set", "replicaCount=-1"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("replicaCount"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_chart_renders_each_option_group_as_documented() {
+    let rendered = objects(&helm_template(
+        4,
+        &[
+            "charts/tfops/ci/manager-values.yaml",
+            "charts/tfops/ci/runners-values.yaml",
+            "charts/tfops/ci/integrations-values.yaml",
+        ],
+        &[],
+    ));
+    let get = |kind: &str, ns: &str, name: &str| {
+        rendered
+            .get(&(kind.to_string(), ns.to_string(), name.to_string()))
+            .unwrap_or_else(|| panic!("no {kind} {ns}/{name} in {:?}", rendered.keys()))
+    };
+    let deployment = get("Deployment", NAMESPACE, "tfops-manager");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example/tfops-manager:0.1.0-rc1"
+    );
+    assert_eq!(container["imagePullPolicy"], "Always");
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for arg in [
+        "--leader-election=true",
+        "--watch-namespaces=team-a,team-b",
+        "--enable-argocd-credentials",
+        "--argocd-namespace=argocd",
+        "--concurrent=8",
+        "--runner-creation-timeout=5m",
+        "--kube-api-qps=100",
+    ] {
+        assert!(args.contains(&arg), "{arg} in {args:?}");
+    }
+    // Every flag the chart passes is one the manager knows.
+    use clap::Parser;
+    let mut line = vec!["tfops-manager", "--runner-pod-image", "r:1"];
+    line.extend(args.iter().copied());
+    tfops_operator::manager::flags::Flags::try_parse_from(line).unwrap();
+    assert_eq!(
+        container["env"][0],
+        json!({"name": "RUNNER_POD_IMAGE", "value": "registry.example/tfops-runner:0.1.0"})
+    );
+    for ns in ["team-a", "team-b"] {
+        get("ServiceAccount", ns, "tf-runner");
+        assert_eq!(
+            get("RoleBinding", ns, "tf-runner")["roleRef"]["name"],
+            "tfops-runner"
+        );
+        let policy = get("NetworkPolicy", ns, "tf-runner");
+        assert_eq!(
+            policy["spec"]["ingress"][0]["ports"][0],
+            json!({"protocol": "TCP", "port": 30000})
+        );
+        assert_eq!(
+            policy["spec"]["egress"][1]["to"][0]["ipBlock"]["cidr"],
+            "10.0.0.1/32"
+        );
+    }
+    let namespace = get("Namespace", "", NAMESPACE);
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    get("Role", "argocd", "tfops-argocd-credentials");
+    get("ServiceMonitor", NAMESPACE, "tfops-manager");
+}
+
+#[test]
+fn helm_and_kustomize_render_the_same_objects() {
+    let helm = objects(&helm_template(4, &[], &["namespace.create=true"]));
+    let kustomized = objects(&kustomize(&repo().join("config/default")));
+    validate("config/default", &kustomize(&repo().join("config/default")));
+    assert_eq!(
+        helm.keys().collect::<Vec<_>>(),
+        kustomized.keys().collect::<Vec<_>>()
+    );
+    for (key, object) in &helm {
+        assert_eq!(object, &kustomized[key], "{key:?}");
+    }
+    // A namespace for Terraform objects: the chart's runnerNamespaces and config/runner.
+    let overlay = tempfile::tempdir().unwrap();
+    // Kustomize takes bases by relative path only: up to `/`, then down to config/runner.
+    let root = overlay.path().canonicalize().unwrap();
+    let up = "../".repeat(root.components().count() - 1);
+    let base = repo().join("config/runner").canonicalize().unwrap();
+    std::fs::write(
+        root.join("kustomization.yaml"),
+        format!(
+            "namespace: team-a\nresources:\n  - {up}{}\n",
+            base.strip_prefix("/").unwrap().display()
+        ),
+    )
+    .unwrap();
+    let runner = objects(&kustomize(overlay.path()));
+    validate("config/runner", &kustomize(overlay.path()));
+    let with_runner = objects(&helm_template(
+        4,
+        &[],
+        &["namespace.create=true", "runnerNamespaces={team-a}"],
+    ));
+    let added: BTreeMap<_, _> = with_runner
+        .into_iter()
+        .filter(|(k, _)| !helm.contains_key(k))
+        .collect();
+    assert_eq!(added, runner);
+    // The samples render (they are checked against the CRD by the API server in the install
+    // test: kubernetes-validate knows no custom kinds).
+    let samples = objects(&kustomize(&repo().join("config/samples")));
+    assert!(samples.contains_key(&(
+        "Terraform".to_string(),
+        "default".to_string(),
+        "hello".to_string()
+    )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
+    let (cluster, _pods) = support::cluster_with_kubelet().await;
+    let admin = support::client(&cluster).await;
+    let (_dir, kubeconfig) = support::kubeconfig_file(&cluster);
+    for ns in ["team-a", "team-b"] {
+        support::namespace(&admin, ns).await;
+    }
+    let rendered = helm_template(
+        4,
+        &[],
+        &[
+            "namespace.create=true",
+            "runnerNamespaces={team-a,team-b}",
+            &format!("runnerImage.repository={}", support::RUNNER_IMAGE),
+            "runnerImage.tag=dev",
+        ],
+    );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &rendered).unwrap();
+    let (ok, out, err) =
+        support::kubectl(&kubeconfig, &["apply", "-f", file.path().to_str().unwrap()]);
+    assert!(ok, "kubectl apply of the chart: {out}{err}");
+    support::terraform_crd_established(&kubeconfig);
+    // The sample is valid against the installed CRD (server-side, strict).
+    let (ok, out, err) = support::kubectl(
+        &kubeconfig,
+        &[
+            "apply",
+            "--dry-run=server",
+            "--validate=strict",
+            "-n",
+            "team-a",
+            "-f",
+            repo().join("config/samples/hello.yaml").to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "the sample: {out}{err}");
+
+    // The manager as the chart's ServiceAccount, with the Deployment's own arguments and
+    // environment (a Pod's namespace comes from the downward API).
+    let deployment = &objects(&rendered)[&(
+        "Deployment".to_string(),
+        NAMESPACE.to_string(),
+        "tfops-manager".to_string(),
+    )];
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let mut flags: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let image = container["env"][0]["value"].as_str().unwrap().to_string();
+    assert_eq!(image, format!("{}:dev", support::RUNNER_IMAGE));
+    flags.extend(["--namespace".into(), NAMESPACE.into()]);
+    flags.extend(["--runner-pod-image".into(), image]);
+    let token = cluster
+        .service_account_token(NAMESPACE, "tfops-controller")
+        .unwrap();
+    let (_controller_dir, controller_kubeconfig) =
+        support::operator::kubeconfig_dir_for(&cluster, &token);
+    let _manager = Manager::start(&controller_kubeconfig, "tfops-manager-0", &flags);
+
+    let git = support::git::GitDaemon::start();
+    git.commit("infra", &[("main.tf", CONFIG)]);
+    let object: Terraform = support::from_json(json!({
+        "apiVersion": "infra.argocd.io/v1alpha1", "kind": "Terraform",
+        "metadata": {"name": "app", "namespace": "team-a"},
+        "spec": {
+            "interval": "1h", "retryInterval": "2s", "approvePlan": "auto",
+            "sourceRef": {"kind": "GitRepository", "url": git.url("infra")},
+            "writeOutputsToSecret": {"name": "app-outputs"},
+        },
+    }));
+    let terraforms: Api<Terraform> = Api::namespaced(admin.clone(), "team-a");
+    terraforms
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    let ready = |t: Option<&Terraform>| t.is_some_and(|t| ready_with(t, "TerraformAppliedSucceed"));
+    tokio::time::timeout(
+        Duration::from_secs(180),
+        await_condition(terraforms.clone(), "app", ready),
+    )
+    .await
+    .expect("Ready under the chart's RBAC")
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "team-a");
+    assert!(
+        secrets
+            .get_opt("tfstate-default-app")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(secrets.get_opt("app-outputs").await.unwrap().is_some());
+
+    // A runner's identity stops at its namespace.
+    let mut other = Secret::default();
+    other.metadata.name = Some("team-b-creds".into());
+    Api::<Secret>::namespaced(admin.clone(), "team-b")
+        .create(&PostParams::default(), &other)
+        .await
+        .unwrap();
+    let runner_a = support::client_for(
+        &cluster,
+        &cluster
+            .service_account_token("team-a", "tf-runner")
+            .unwrap(),
+    )
+    .await;
+    let theirs: Api<Secret> = Api::namespaced(runner_a.clone(), "team-b");
+    assert_eq!(
+        support::status(theirs.get("team-b-creds").await.unwrap_err()).code,
+        403
+    );
+    assert_eq!(
+        support::status(theirs.list(&Default::default()).await.unwrap_err()).code,
+        403
+    );
+    // The controller reads but cannot change a state Secret.
+    let controller = support::client_for(&cluster, &token).await;
+    let state: Api<Secret> = Api::namespaced(controller, "team-a");
+    let current = state.get("tfstate-default-app").await.unwrap();
+    let patch = json!({"metadata": {"labels": {"tampered": "yes"}}});
+    let e = state
+        .patch(
+            "tfstate-default-app",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(support::status(e).code, 403);
+    let e = state
+        .replace("tfstate-default-app", &PostParams::default(), &current)
+        .await
+        .unwrap_err();
+    assert_eq!(support::status(e).code, 403);
+
+    // Deleted: the finalizer runs under the same RBAC and the object goes.
+    terraforms.delete("app", &Default::default()).await.unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        await_condition(terraforms, "app", |t: Option<&Terraform>| t.is_none()),
+    )
+    .await
+    .expect("deleted")
+    .unwrap();
+    assert!(secrets.get_opt("app-outputs").await.unwrap().is_none());
+    assert!(
+        secrets
+            .get_opt("tfstate-default-app")
+            .await
+            .unwrap()
+            .is_some(),
+        "the state is kept unless asked otherwise"
+    );
+}
