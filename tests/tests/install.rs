@@ -4,8 +4,8 @@
 //! same settings; and the chart's rendering, applied to the loopback cluster with kubectl,
 //! runs a Terraform object from creation to Ready to deletion with the manager holding only
 //! the chart's ServiceAccount token and the runner only `tf-runner`'s. Negative checks: a
-//! namespace's runner cannot read another namespace's Secrets; the controller cannot modify a
-//! state Secret.
+//! namespace's runner cannot read another namespace's Secrets; the controller can neither
+//! modify nor delete a state Secret.
 //!
 //! Helm and kubernetes-validate come from `TFOPS_HELM`, `TFOPS_HELM3` and
 //! `TFOPS_KUBERNETES_VALIDATE` (set by `scripts/test`), else from `scripts/install-helm` and
@@ -462,7 +462,7 @@ async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
         support::status(theirs.list(&Default::default()).await.unwrap_err()).code,
         403
     );
-    // The controller reads but cannot change a state Secret.
+    // The controller reads but can neither change nor delete a state Secret.
     let controller = support::client_for(&cluster, &token).await;
     let state: Api<Secret> = Api::namespaced(controller, "team-a");
     let current = state.get("tfstate-default-app").await.unwrap();
@@ -478,6 +478,11 @@ async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
     assert_eq!(support::status(e).code, 403);
     let e = state
         .replace("tfstate-default-app", &PostParams::default(), &current)
+        .await
+        .unwrap_err();
+    assert_eq!(support::status(e).code, 403);
+    let e = state
+        .delete("tfstate-default-app", &Default::default())
         .await
         .unwrap_err();
     assert_eq!(support::status(e).code, 403);

@@ -1,8 +1,8 @@
 //! Deletion on the operator, end to end: a dependency's deletion waits while a dependant
 //! exists; a dependant deleted with `destroyResourcesOnDeletion` destroys its resources and
 //! keeps its state; one deleted without it keeps both; one with `deleteOnDestroy` loses its
-//! state too; and nothing is left behind — no object stuck on its finalizer, no runner Pod,
-//! no plan or outputs object.
+//! state too, removed by its runner (the controller deletes no Secret); and nothing is left
+//! behind — no object stuck on its finalizer, no runner Pod, no plan or outputs object.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -116,6 +116,28 @@ async fn deletion_with_and_without_destroy_waits_for_dependants_and_leaves_nothi
     assert!(
         state("tmp").await.is_none(),
         "deleteOnDestroy removed tmp's state"
+    );
+    // The runner that destroyed removed it; the controller deleted no Secret at all (its role
+    // has no such right).
+    let deleters: Vec<(String, String)> = op
+        .cluster
+        .audit()
+        .into_iter()
+        .filter(|a| a.method == "DELETE" && a.path.contains("/secrets/"))
+        .map(|a| (a.user, a.path))
+        .collect();
+    assert!(
+        deleters.iter().any(
+            |(user, path)| user == "system:serviceaccount:team-a:tf-runner"
+                && path.ends_with("/secrets/tfstate-default-tmp")
+        ),
+        "{deleters:?}"
+    );
+    assert!(
+        deleters
+            .iter()
+            .all(|(user, _)| !user.contains("tfops-controller")),
+        "{deleters:?}"
     );
     let leases: Api<Lease> = Api::namespaced(op.admin.clone(), "team-a");
     assert!(

@@ -414,6 +414,23 @@ pub trait RunnerSession: Send {
         ))
     }
 
+    /// Removes the outputs Secret `name` written for the object; succeeds when there is none.
+    async fn delete_outputs(&mut self, name: &str) -> Result<(), PortError> {
+        let _ = name;
+        Err(PortError::Invalid(
+            "this runner does not write outputs".into(),
+        ))
+    }
+
+    /// Removes the object's state under `workspace` and the backend's `suffix` (Secret and
+    /// lock); succeeds when there is none.
+    async fn delete_state(&mut self, workspace: &str, suffix: &str) -> Result<(), PortError> {
+        let _ = (workspace, suffix);
+        Err(PortError::Invalid(
+            "this runner does not administer state".into(),
+        ))
+    }
+
     /// Reads the outputs, writes them as `request` says, and returns every output with the
     /// values of `request.reveal` only (the others `null`).
     async fn write_outputs(

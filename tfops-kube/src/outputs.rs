@@ -24,6 +24,9 @@ pub const LABEL_OUTPUTS: &str = "infra.argocd.io/outputs";
 pub struct KubeOutputsSink {
     client: kube::Client,
     owner: Owner,
+    /// Outputs Secrets are never deleted by this sink (see
+    /// [`KubeOutputsSink::leaving_deletes_to_garbage_collection`]).
+    keep: bool,
 }
 
 impl std::fmt::Debug for KubeOutputsSink {
@@ -55,7 +58,21 @@ fn ours(meta: &ObjectMeta, object: &ObjectKey) -> bool {
 impl KubeOutputsSink {
     /// A sink writing with `client`; owner references from `owner`.
     pub fn new(client: kube::Client, owner: Owner) -> Self {
-        Self { client, owner }
+        Self {
+            client,
+            owner,
+            keep: false,
+        }
+    }
+
+    /// A sink that deletes no Secret: the controller's, whose identity may not delete
+    /// Secrets. An outputs Secret carries its object's owner reference, so Kubernetes' garbage
+    /// collector removes it with the object; a runner, which writes it, removes an old one
+    /// when the target changes.
+    #[must_use]
+    pub fn leaving_deletes_to_garbage_collection(mut self) -> Self {
+        self.keep = true;
+        self
     }
 
     fn api(&self, object: &ObjectKey) -> Api<Secret> {
@@ -113,6 +130,9 @@ impl OutputsSink for KubeOutputsSink {
     }
 
     async fn delete(&self, object: &ObjectKey, name: &str) -> Result<(), PortError> {
+        if self.keep {
+            return Ok(());
+        }
         let api = self.api(object);
         let doing = format!("deleting outputs Secret {}/{name}", object.namespace);
         let existing = match api.get(name).await {

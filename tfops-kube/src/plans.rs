@@ -106,6 +106,9 @@ pub struct KubePlanStore {
     owner: Owner,
     binary: CodecConfig,
     readable: CodecConfig,
+    /// Plan Secrets are never deleted by this store (see
+    /// [`KubePlanStore::leaving_secrets_to_garbage_collection`]).
+    keep_secrets: bool,
 }
 
 impl std::fmt::Debug for KubePlanStore {
@@ -146,7 +149,18 @@ impl KubePlanStore {
             owner,
             binary: CodecConfig::default(),
             readable: CodecConfig::readable(),
+            keep_secrets: false,
         }
+    }
+
+    /// A store that deletes no plan Secret: the controller's, whose identity may not delete
+    /// Secrets. Plan Secrets carry their object's owner reference, so Kubernetes' garbage
+    /// collector removes them with it; a runner, which writes them, replaces and removes
+    /// them during runs. Readable plans (ConfigMaps) are still deleted.
+    #[must_use]
+    pub fn leaving_secrets_to_garbage_collection(mut self) -> Self {
+        self.keep_secrets = true;
+        self
     }
 
     /// The same store with other codec settings (smaller chunks in tests and benchmarks).
@@ -522,6 +536,10 @@ impl PlanStore for KubePlanStore {
     }
 
     async fn delete(&self, object: &ObjectKey, workspace: &str) -> Result<(), PortError> {
+        if self.keep_secrets {
+            // The readable plan only: the Secrets go with their owner.
+            return self.remove_stale(object, workspace, None).await;
+        }
         // The head first: from then on readers see no plan, whatever is left.
         let head = plan_secret_name(workspace, &object.name);
         delete_ignoring_absent(
@@ -559,11 +577,16 @@ impl KubePlanStore {
             keep.is_none() || upload.is_none_or(|u| u != kept)
         };
         let secrets = self.secrets(object);
-        let found = secrets
-            .list(&Self::selector(object, workspace, "binary"))
-            .await
-            .map_err(|e| port_error(&doing("listing Secrets"), e))?;
-        for s in found.items.iter().filter(|s| stale(&s.metadata, binary)) {
+        let found = if self.keep_secrets {
+            Vec::new()
+        } else {
+            secrets
+                .list(&Self::selector(object, workspace, "binary"))
+                .await
+                .map_err(|e| port_error(&doing("listing Secrets"), e))?
+                .items
+        };
+        for s in found.iter().filter(|s| stale(&s.metadata, binary)) {
             let name = s.metadata.name.clone().unwrap_or_default();
             delete_ignoring_absent(secrets.delete(&name, &DeleteParams::default()).await)
                 .map_err(|e| port_error(&doing(&name), e))?;

@@ -1,14 +1,15 @@
-//! The stores a runner Pod writes with: the plan store and the outputs sink of this crate,
+//! The stores a runner Pod writes with: the plan store, the outputs sink and the state
+//! administration of this crate,
 //! on a client with the Pod's own identity (its ServiceAccount), owner references naming the
 //! object of the setup (the runner's identity cannot read `Terraform` objects to learn it).
 
 use std::sync::Arc;
 
-use tfops_core::ports::{OutputsSink, PlanStore};
+use tfops_core::ports::{OutputsSink, PlanStore, StateAdmin};
 use tfops_runner::stores::{ObjectRef, Stores};
 
 use crate::meta::{Owner, owner_reference};
-use crate::{KubeOutputsSink, KubePlanStore};
+use crate::{KubeOutputsSink, KubePlanStore, KubeStateAdmin};
 
 /// [`Stores`] on the Kubernetes API.
 #[derive(Clone)]
@@ -47,5 +48,9 @@ impl Stores for KubeRunnerStores {
             self.client.clone(),
             Self::owner(object),
         ))
+    }
+
+    fn state(&self, _object: &ObjectRef) -> Arc<dyn StateAdmin> {
+        Arc::new(KubeStateAdmin::new(self.client.clone()))
     }
 }

@@ -145,8 +145,16 @@ pub async fn ports(client: &kube::Client, options: &ClusterOptions) -> Result<Wi
         runner: Arc::new(KubeRunnerPort::new(client.clone(), pki.clone(), runner)),
         // Runner Pods store plans and write outputs themselves; these stores only remove
         // what is left when an object is deleted without a runner.
-        plans: Arc::new(KubePlanStore::new(client.clone(), owner.clone())),
-        outputs: Arc::new(KubeOutputsSink::new(client.clone(), owner)),
+        // The controller deletes no Secret (its role has no such right): runners write and
+        // remove plans and outputs, and what a deleted object leaves goes with it by its owner
+        // reference.
+        plans: Arc::new(
+            KubePlanStore::new(client.clone(), owner.clone())
+                .leaving_secrets_to_garbage_collection(),
+        ),
+        outputs: Arc::new(
+            KubeOutputsSink::new(client.clone(), owner).leaving_deletes_to_garbage_collection(),
+        ),
         state: Arc::new(KubeStateAdmin::new(client.clone())),
         health: Arc::new(NetworkHealth),
         events: Arc::new(events.clone()),

@@ -706,6 +706,23 @@ impl RunnerSession for Session {
         .map(drop)
     }
 
+    async fn delete_outputs(&mut self, name: &str) -> Result<(), PortError> {
+        self.command(Command::DeleteOutputs(proto::DeleteOutputs {
+            name: name.to_string(),
+        }))
+        .await
+        .map(drop)
+    }
+
+    async fn delete_state(&mut self, workspace: &str, suffix: &str) -> Result<(), PortError> {
+        self.command(Command::DeleteState(proto::DeleteState {
+            workspace: workspace.to_string(),
+            suffix: suffix.to_string(),
+        }))
+        .await
+        .map(drop)
+    }
+
     async fn write_outputs(
         &mut self,
         request: &OutputsRequest,

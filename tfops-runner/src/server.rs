@@ -474,6 +474,24 @@ async fn execute(tf: &Terraform, command: Command, io: &Io, context: &Context) -
                     .map_err(store_failure)?;
                 None
             }
+            Command::DeleteOutputs(d) => {
+                let (stores, object) = stores_of(context)?;
+                stores
+                    .outputs(object)
+                    .delete(&object.key, &d.name)
+                    .await
+                    .map_err(store_failure)?;
+                None
+            }
+            Command::DeleteState(d) => {
+                let (stores, object) = stores_of(context)?;
+                stores
+                    .state(object)
+                    .delete_state(&object.key, &d.workspace, &d.suffix)
+                    .await
+                    .map_err(store_failure)?;
+                None
+            }
             Command::WriteOutputs(w) => {
                 let (stores, object) = stores_of(context)?;
                 let outputs: BTreeMap<String, OutputValue> = tf
@@ -900,6 +918,8 @@ fn command_name(command: &Command) -> &'static str {
         Command::Show(_) => "show",
         Command::SavePlan(_) => "save-plan",
         Command::DeletePlan(_) => "delete-plan",
+        Command::DeleteOutputs(_) => "delete-outputs",
+        Command::DeleteState(_) => "delete-state",
         Command::WriteOutputs(_) => "write-outputs",
         Command::Apply(_) => "apply",
         Command::Output(_) => "output",

@@ -1,12 +1,12 @@
 //! What a runner writes for the object it runs for, with its own identity: the stored plan
-//! and the outputs Secret. The runner stays free of Kubernetes; the composition root (the
+//! and the outputs Secret (and, when a deleted object asks, the removal of its state). The runner stays free of Kubernetes; the composition root (the
 //! `tfops-runner` binary in a runner Pod) hands the server stores built on the API
 //! (`tfops-kube`), and without them the runner answers the store commands with an error.
 
 use std::sync::Arc;
 
 use tfops_core::api::ObjectKey;
-use tfops_core::ports::{OutputsSink, PlanStore};
+use tfops_core::ports::{OutputsSink, PlanStore, StateAdmin};
 
 /// The object of the current setup: namespace, name and `metadata.uid` (the owner of what the
 /// runner writes).
@@ -24,4 +24,6 @@ pub trait Stores: Send + Sync {
     fn plans(&self, object: &ObjectRef) -> Arc<dyn PlanStore>;
     /// The outputs sink writing for `object`.
     fn outputs(&self, object: &ObjectRef) -> Arc<dyn OutputsSink>;
+    /// What deletes `object`'s state when it asks for that on deletion.
+    fn state(&self, object: &ObjectRef) -> Arc<dyn StateAdmin>;
 }

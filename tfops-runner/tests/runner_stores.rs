@@ -32,6 +32,10 @@ impl Stores for WorldStores {
         self.owners.lock().unwrap().push(object.uid.clone());
         Arc::new(self.world.clone())
     }
+    fn state(&self, object: &ObjectRef) -> Arc<dyn ports::StateAdmin> {
+        self.owners.lock().unwrap().push(object.uid.clone());
+        Arc::new(self.world.clone())
+    }
 }
 
 fn setup_request(tree: &std::path::Path) -> SetupRequest {
@@ -132,6 +136,15 @@ async fn plans_and_outputs_are_written_by_the_runner_and_only_revealed_values_re
     assert_eq!(names, ["vpc-out"]);
     s.delete_plan("default").await.unwrap();
     assert!(world.lock().plans.is_empty());
+    // On a deletion that destroys: the outputs Secret and, when asked, the state go through
+    // the runner as well.
+    s.delete_outputs("vpc-out").await.unwrap();
+    assert!(world.lock().output_secrets.is_empty());
+    s.delete_state("default", "vpc").await.unwrap();
+    assert_eq!(
+        world.lock().deleted_states,
+        [(key.clone(), "default".to_string(), "vpc".to_string())]
+    );
     s.cleanup().await.unwrap();
 }
 

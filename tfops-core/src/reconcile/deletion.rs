@@ -104,6 +104,12 @@ pub(super) fn decide(s: &Snapshot) -> Decision {
         let revision = go!(run, run.resolve());
         go!(run, run.prepare());
         go!(run, destroy_through_plan(&mut run, &revision));
+        // The runner that destroyed removes what it wrote, and the state when asked: the
+        // controller's identity needs no right to delete them.
+        go!(run, run.need(Step::DeletePlansAndOutputs));
+        if s.object.spec.tfstate.delete_on_destroy {
+            go!(run, run.need(Step::DeleteState));
+        }
         if !s.progress.attempted(StepKind::Cleanup) {
             return run.next(Step::Cleanup);
         }

@@ -105,17 +105,19 @@ impl Driver {
                 }
                 Ok(Outcome::CleanedUp)
             }
-            Step::DeletePlansAndOutputs => self.delete_plans_and_outputs(object).await,
-            Step::DeleteState => p
-                .state
-                .delete_state(
-                    &key,
-                    &object.spec.workspace,
-                    &naming::state_secret_suffix(object),
-                )
-                .await
+            Step::DeletePlansAndOutputs => self.delete_plans_and_outputs(object, state).await,
+            Step::DeleteState => {
+                let (workspace, suffix) =
+                    (&object.spec.workspace, &naming::state_secret_suffix(object));
+                // The runner's identity writes the state, so it removes it where one is open
+                // (the controller's may not touch state Secrets).
+                match state.session.as_mut().filter(|s| s.writes_for_object()) {
+                    Some(session) => session.delete_state(workspace, suffix).await,
+                    None => p.state.delete_state(&key, workspace, suffix).await,
+                }
                 .map(|()| Outcome::StateDeleted)
-                .map_err(fail(kind, SubStep::Delete)),
+                .map_err(fail(kind, SubStep::Delete))
+            }
             Step::RemoveFinalizer => p
                 .objects
                 .remove_finalizer(&key)
@@ -447,20 +449,26 @@ impl Driver {
     }
 
     /// Cleanup on deletion: every plan and outputs Secret this object has, by the names in
-    /// its spec and the names it was written under.
-    async fn delete_plans_and_outputs(&self, object: &TerraformObject) -> StepResult {
+    /// its spec and the names it was written under; through the runner that wrote them when
+    /// a session is open (a deletion that destroys), else through the ports.
+    async fn delete_plans_and_outputs(
+        &self,
+        object: &TerraformObject,
+        state: &mut RunState,
+    ) -> StepResult {
         let fail = fail(StepKind::DeletePlansAndOutputs, SubStep::Delete);
         let key = object.key();
         let (spec, status) = (&object.spec, &object.status);
         let mut workspaces = vec![spec.workspace.clone()];
         workspaces.extend(status.stored_plan_workspace.clone());
         workspaces.dedup();
+        let mut by_runner = state.session.as_mut().filter(|s| s.writes_for_object());
         for workspace in &workspaces {
-            self.ports
-                .plans
-                .delete(&key, workspace)
-                .await
-                .map_err(&fail)?;
+            match by_runner.as_mut() {
+                Some(session) => session.delete_plan(workspace).await,
+                None => self.ports.plans.delete(&key, workspace).await,
+            }
+            .map_err(&fail)?;
         }
         let mut secrets: Vec<String> = spec
             .write_outputs_to_secret
@@ -470,7 +478,11 @@ impl Driver {
         secrets.extend(status.outputs_secret.clone());
         secrets.dedup();
         for name in &secrets {
-            self.ports.outputs.delete(&key, name).await.map_err(&fail)?;
+            match by_runner.as_mut() {
+                Some(session) => session.delete_outputs(name).await,
+                None => self.ports.outputs.delete(&key, name).await,
+            }
+            .map_err(&fail)?;
         }
         Ok(Outcome::PlansAndOutputsDeleted)
     }

@@ -8,7 +8,8 @@ use super::{Call, FakeOp, FakeWorld};
 use crate::api::{InventoryEntry, ObjectKey};
 use crate::ports::{
     OutputValue, OutputsRequest, OutputsSink, PlanKind, PlanRequest, PlanResult, PlanStore,
-    PlanSummary, PlanToStore, PortError, RunnerSession, SetupRequest, ShownPlan, StoredPlan,
+    PlanSummary, PlanToStore, PortError, RunnerSession, SetupRequest, ShownPlan, StateAdmin,
+    StoredPlan,
 };
 
 /// A runner session over a [`FakeWorld`]. The configuration is the set of resources of the
@@ -319,6 +320,14 @@ impl RunnerSession for FakeSession {
 
     async fn delete_plan(&mut self, workspace: &str) -> Result<(), PortError> {
         PlanStore::delete(&self.world, &self.object, workspace).await
+    }
+
+    async fn delete_outputs(&mut self, name: &str) -> Result<(), PortError> {
+        OutputsSink::delete(&self.world, &self.object, name).await
+    }
+
+    async fn delete_state(&mut self, workspace: &str, suffix: &str) -> Result<(), PortError> {
+        StateAdmin::delete_state(&self.world, &self.object, workspace, suffix).await
     }
 
     async fn write_outputs(

@@ -214,6 +214,16 @@ impl RunnerSession for PodSession {
         self.pod.guard(self.inner.delete_plan(workspace)).await
     }
 
+    async fn delete_outputs(&mut self, name: &str) -> Result<(), PortError> {
+        self.pod.guard(self.inner.delete_outputs(name)).await
+    }
+
+    async fn delete_state(&mut self, workspace: &str, suffix: &str) -> Result<(), PortError> {
+        self.pod
+            .guard(self.inner.delete_state(workspace, suffix))
+            .await
+    }
+
     async fn write_outputs(
         &mut self,
         request: &OutputsRequest,
