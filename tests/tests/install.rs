@@ -1,7 +1,8 @@
 //! Installing tfops (issue 15): the Helm chart (`charts/tfops`) and the Kustomize tree
 //! (`config/`) lint, render and validate against Kubernetes' schemas (`kubernetes-validate
 //! --strict`) with Helm 4 and Helm 3 alike; Helm and Kustomize render the same objects for the
-//! same settings; and the chart's rendering, applied to the loopback cluster with kubectl,
+//! same settings; `config/default` installs with `kubectl apply -k`; and the chart, installed
+//! into the loopback cluster with `helm install` (then upgraded, and at the end uninstalled),
 //! runs a Terraform object from creation to Ready to deletion with the manager holding only
 //! the chart's ServiceAccount token and the runner only `tf-runner`'s. Negative checks: a
 //! namespace's runner cannot read another namespace's Secrets; the controller can neither
@@ -349,22 +350,47 @@ async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
     for ns in ["team-a", "team-b"] {
         support::namespace(&admin, ns).await;
     }
-    let rendered = helm_template(
-        4,
-        &[],
+    // `helm install` into the loopback cluster, then an upgrade (the namespace exists first:
+    // it is where Helm keeps its release).
+    support::namespace(&admin, NAMESPACE).await;
+    let kube_flag = format!("--kubeconfig={}", kubeconfig.display());
+    let runner_repository = format!("runnerImage.repository={}", support::RUNNER_IMAGE);
+    let mut install = vec![
+        "install",
+        "tfops",
+        "charts/tfops",
+        "--namespace",
+        NAMESPACE,
+        &kube_flag,
+        "--set",
+        "runnerNamespaces={team-a,team-b}",
+        "--set",
+        &runner_repository,
+        "--set",
+        "runnerImage.tag=dev",
+    ];
+    let out = run(&helm(4), &install);
+    assert!(out.contains("STATUS: deployed"), "{out}");
+    install[0] = "upgrade";
+    install.extend(["--set", "replicaCount=2"]);
+    let out = run(&helm(4), &install);
+    assert!(out.contains("REVISION: 2"), "{out}");
+    support::terraform_crd_established(&kubeconfig);
+    let (ok, out, err) = support::kubectl(
+        &kubeconfig,
         &[
-            "namespace.create=true",
-            "runnerNamespaces={team-a,team-b}",
-            &format!("runnerImage.repository={}", support::RUNNER_IMAGE),
-            "runnerImage.tag=dev",
+            "get",
+            "deployment",
+            "tfops-manager",
+            "-n",
+            NAMESPACE,
+            "-o",
+            "json",
         ],
     );
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), &rendered).unwrap();
-    let (ok, out, err) =
-        support::kubectl(&kubeconfig, &["apply", "-f", file.path().to_str().unwrap()]);
-    assert!(ok, "kubectl apply of the chart: {out}{err}");
-    support::terraform_crd_established(&kubeconfig);
+    assert!(ok, "{err}");
+    let deployment: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 2, "the upgrade took");
     // The sample is valid against the installed CRD (server-side, strict).
     let (ok, out, err) = support::kubectl(
         &kubeconfig,
@@ -380,13 +406,9 @@ async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
     );
     assert!(ok, "the sample: {out}{err}");
 
-    // The manager as the chart's ServiceAccount, with the Deployment's own arguments and
-    // environment (a Pod's namespace comes from the downward API).
-    let deployment = &objects(&rendered)[&(
-        "Deployment".to_string(),
-        NAMESPACE.to_string(),
-        "tfops-manager".to_string(),
-    )];
+    // The manager as the chart's ServiceAccount, with the installed Deployment's arguments and
+    // environment (no controller runs Deployments here; a Pod's namespace would come from the
+    // downward API).
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let mut flags: Vec<String> = container["args"]
         .as_array()
@@ -496,7 +518,15 @@ async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
     .await
     .expect("deleted")
     .unwrap();
-    assert!(secrets.get_opt("app-outputs").await.unwrap().is_none());
+    // What the object owned goes with it (garbage collection; asynchronous in a real cluster).
+    let outputs_gone = async {
+        while secrets.get_opt("app-outputs").await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), outputs_gone)
+        .await
+        .expect("the outputs Secret went with its object");
     assert!(
         secrets
             .get_opt("tfstate-default-app")
@@ -505,4 +535,74 @@ async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
             .is_some(),
         "the state is kept unless asked otherwise"
     );
+
+    // Uninstalled: what the chart made goes, the CRDs stay (Helm never deletes them).
+    let out = run(
+        &helm(4),
+        &["uninstall", "tfops", "--namespace", NAMESPACE, &kube_flag],
+    );
+    assert!(out.contains("uninstalled"), "{out}");
+    let (ok, _, _) = support::kubectl(&kubeconfig, &["get", "clusterrole", "tfops-controller"]);
+    assert!(!ok, "the controller's ClusterRole is gone");
+    let (ok, _, err) = support::kubectl(&kubeconfig, &["get", "crd", "terraforms.infra.argocd.io"]);
+    assert!(ok, "the CRD stays: {err}");
+}
+
+/// `config/default` and a namespace overlay of `config/runner` install with kubectl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kustomize_tree_installs_with_kubectl() {
+    let cluster = tests::cluster::LoopbackCluster::start().await.unwrap();
+    let (_dir, kubeconfig) = support::kubeconfig_file(&cluster);
+    let config = repo().join("config");
+    let (ok, out, err) = support::kubectl(
+        &kubeconfig,
+        &["apply", "-k", config.join("default").to_str().unwrap()],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("deployment.apps/tfops-manager created"),
+        "{out}"
+    );
+    support::terraform_crd_established(&kubeconfig);
+    let (ok, _, err) = support::kubectl(&kubeconfig, &["create", "namespace", "team-a"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = support::kubectl(
+        &kubeconfig,
+        &[
+            "apply",
+            "-n",
+            "team-a",
+            "-f",
+            config.join("runner/service-account.yaml").to_str().unwrap(),
+            "-f",
+            config.join("runner/role-binding.yaml").to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let (ok, out, _) = support::kubectl(
+        &kubeconfig,
+        &[
+            "auth",
+            "can-i",
+            "create",
+            "secrets",
+            "-n",
+            "team-a",
+            "--as=system:serviceaccount:team-a:tf-runner",
+        ],
+    );
+    assert!(ok && out.trim() == "yes", "{out}");
+    let (_, out, _) = support::kubectl(
+        &kubeconfig,
+        &[
+            "auth",
+            "can-i",
+            "delete",
+            "secrets",
+            "-n",
+            "team-a",
+            "--as=system:serviceaccount:argocd-terraform-controller-system:tfops-controller",
+        ],
+    );
+    assert_eq!(out.trim(), "no", "the controller deletes no Secret");
 }
