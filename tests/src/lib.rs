@@ -4,4 +4,5 @@
 //! the operator and runner processes against it, and the local mode against real `terraform`. The reconciler's
 //! property tests live with the reconciler, in `tfops-core/tests/`.
 
+pub mod argocd_lua;
 pub mod cluster;

@@ -1,0 +1,39 @@
+-- The resource actions Argo CD offers on a tfops Terraform object. Each is the edit the
+-- README's actions table describes; one offered only while it can do something.
+local actions = {}
+local status = obj.status or {}
+local plan = status.plan or {}
+local lock = status.lock or {}
+local suspended = obj.spec ~= nil and obj.spec.suspend == true
+
+actions["approve"] = {
+  ["disabled"] = plan.pending == nil or plan.pending == "",
+  ["iconClass"] = "fa fa-fw fa-check",
+  ["displayName"] = "Approve plan",
+}
+actions["replan"] = {
+  ["disabled"] = false,
+  ["iconClass"] = "fa fa-fw fa-redo",
+  ["displayName"] = "Re-plan",
+}
+actions["reconcile"] = {
+  ["disabled"] = false,
+  ["iconClass"] = "fa fa-fw fa-sync",
+  ["displayName"] = "Reconcile now",
+}
+actions["suspend"] = {
+  ["disabled"] = suspended,
+  ["iconClass"] = "fa fa-fw fa-pause",
+  ["displayName"] = "Suspend",
+}
+actions["resume"] = {
+  ["disabled"] = not suspended,
+  ["iconClass"] = "fa fa-fw fa-play",
+  ["displayName"] = "Resume",
+}
+actions["force-unlock"] = {
+  ["disabled"] = lock.pending == nil or lock.pending == "",
+  ["iconClass"] = "fa fa-fw fa-unlock",
+  ["displayName"] = "Force-unlock state",
+}
+return actions

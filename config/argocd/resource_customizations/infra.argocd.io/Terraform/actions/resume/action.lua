@@ -1,0 +1,3 @@
+-- Runs again.
+obj.spec.suspend = false
+return obj

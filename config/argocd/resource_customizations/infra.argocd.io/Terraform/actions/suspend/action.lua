@@ -1,0 +1,3 @@
+-- No runs until resumed.
+obj.spec.suspend = true
+return obj
