@@ -17,6 +17,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tests::argocd_lua::{self, OfferedAction};
 
+/// Where the extension's tarball is published (also in `argocd-server-extension.yaml`).
+const EXTENSION_URL: &str =
+    "https://github.com/tfops/tfops/releases/download/v0.1.0/extension-tfops.tar.gz";
+
 /// 2026-12-01T12:00:00Z: the clock the action tests' expected outputs were written at.
 const NOW: i64 = 1_796_126_400;
 
@@ -275,7 +279,17 @@ fn the_shipped_argocd_cm_entries_are_these_scripts() {
         &config.join("argocd-cm.yaml"),
         &format!("{header}{}", serde_yaml_ng::to_string(&patch).unwrap()),
     );
-    let values = json!({"configs": {"cm": data}});
+    // The extension through the chart's own installer settings (server.extensions).
+    let values = json!({
+        "configs": {"cm": data},
+        "server": {"extensions": {
+            "enabled": true,
+            "extensionList": [{
+                "name": "extension-tfops",
+                "env": [{"name": "EXTENSION_URL", "value": EXTENSION_URL}],
+            }],
+        }},
+    });
     assert_generated(
         &config.join("argo-cd-chart-values.yaml"),
         &format!(
@@ -292,12 +306,17 @@ fn the_shipped_argocd_cm_entries_are_these_scripts() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: argocd-cm\n  namespace: argocd\ndata:\n  url: https://argocd.example.com\n",
     )
     .unwrap();
+    std::fs::write(
+        root.join("argocd-server.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: argocd-server\n  namespace: argocd\nspec:\n  template:\n    spec:\n      containers:\n        - name: argocd-server\n          image: quay.io/argoproj/argocd:v3.2.0\n",
+    )
+    .unwrap();
     let up = "../".repeat(root.components().count() - 1);
     let component = config.canonicalize().unwrap();
     std::fs::write(
         root.join("kustomization.yaml"),
         format!(
-            "resources:\n  - argocd-cm.yaml\ncomponents:\n  - {up}{}\n",
+            "resources:\n  - argocd-cm.yaml\n  - argocd-server.yaml\ncomponents:\n  - {up}{}\n",
             component.strip_prefix("/").unwrap().display()
         ),
     )
@@ -311,7 +330,26 @@ fn the_shipped_argocd_cm_entries_are_these_scripts() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rendered: Value = serde_yaml_ng::from_slice(&out.stdout).unwrap();
+    let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_slice(&out.stdout)
+        .map(|d| Value::deserialize(d).unwrap())
+        .collect();
+    let rendered = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .unwrap()
+        .clone();
+    let server = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = &server["spec"]["template"]["spec"];
+    assert_eq!(pod["initContainers"][0]["name"], "extension-tfops");
+    assert_eq!(pod["initContainers"][0]["env"][0]["value"], EXTENSION_URL);
+    assert_eq!(
+        pod["containers"][0]["image"], "quay.io/argoproj/argocd:v3.2.0",
+        "kept"
+    );
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"][0]["mountPath"],
+        "/tmp/extensions/"
+    );
     assert_eq!(
         rendered["data"]["url"], "https://argocd.example.com",
         "kept"

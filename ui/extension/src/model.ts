@@ -1,0 +1,56 @@
+// What the tab shows, read from the Terraform object and the ConfigMaps next to it.
+
+export interface Condition {
+  type: string;
+  status: string;
+  reason: string;
+  message: string;
+  lastTransitionTime?: string;
+}
+
+export function conditions(obj: any): Condition[] {
+  return (obj.status && obj.status.conditions) || [];
+}
+
+export function condition(obj: any, type: string): Condition | undefined {
+  return conditions(obj).find((c) => c.type === type);
+}
+
+export function pendingPlan(obj: any): string {
+  return (obj.status && obj.status.plan && obj.status.plan.pending) || "";
+}
+
+export function lock(obj: any): { id: string; holder: string } {
+  const l = (obj.status && obj.status.lock) || {};
+  return { id: l.pending || "", holder: l.holder || "" };
+}
+
+/** The readable plan ConfigMaps: `tfplan-<workspace>-<name>-readable`, then `-readable-<i>`. */
+export function readableNames(obj: any, count: number): string[] {
+  const workspace = (obj.status && obj.status.storedPlanWorkspace) || obj.spec.workspace || "default";
+  const head = `tfplan-${workspace}-${obj.metadata.name}-readable`;
+  const names = [head];
+  for (let i = 1; i < count; i++) {
+    names.push(`${head}-${i}`);
+  }
+  return names;
+}
+
+/** One entry of the run history (tfops_core::history::RunEntry). */
+export interface Run {
+  startedAt: string;
+  finishedAt: string;
+  trigger: string;
+  revision?: string;
+  planId?: string;
+  summary?: { add: number; change: number; destroy: number };
+  result: string;
+  reason: string;
+  message?: string;
+}
+
+/** The run history kept in ConfigMap `tfhistory-<name>` (key `runs.json`, newest first). */
+export function runs(configMap: any): Run[] {
+  const text = configMap && configMap.data && configMap.data["runs.json"];
+  return text ? JSON.parse(text) : [];
+}
