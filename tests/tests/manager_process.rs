@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use serde_json::json;
-use support::manager::Manager;
+use support::manager::{Manager, get};
 use support::operator::{Operator, ready_with};
 
 fn start(op: &Operator, identity: &str) -> Manager {
@@ -32,21 +32,6 @@ fn start(op: &Operator, identity: &str) -> Manager {
     .map(ToString::to_string)
     .collect();
     Manager::start(&op.controller_kubeconfig, identity, &extra)
-}
-
-async fn get(addr: &str, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    let code = answer.split(' ').nth(1).unwrap().parse().unwrap();
-    (code, answer)
 }
 
 async fn holder(op: &Operator) -> Option<String> {

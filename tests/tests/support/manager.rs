@@ -52,6 +52,20 @@ fn flags(identity: &str, extra: &[String]) -> Vec<String> {
 }
 
 impl Manager {
+    /// `GET path` of its metrics/health endpoint: status code and the whole answer.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        get(&self.endpoints, path).await
+    }
+
+    /// The value of counter `line` (a metric name with its labels) in `/metrics`; 0 when
+    /// absent.
+    pub async fn counter(&self, line: &str) -> f64 {
+        let (_, text) = self.get("/metrics").await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
     /// Starts a manager named `identity` with `kubeconfig`, and waits for its first log line
     /// (which names its endpoints). Its later lines go to the test's output, shown when the
     /// test fails.
@@ -100,4 +114,20 @@ impl Manager {
             _git_cache: git_cache,
         }
     }
+}
+
+/// `GET path` of the HTTP server at `addr`: status code and the whole answer.
+pub async fn get(addr: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let code = answer.split(' ').nth(1).unwrap().parse().unwrap();
+    (code, answer)
 }

@@ -166,6 +166,11 @@ impl Operator {
         ));
     }
 
+    /// The manager running now.
+    pub fn manager(&self) -> &Manager {
+        self.running.as_ref().expect("a manager is running")
+    }
+
     /// Kills the manager where it stands (SIGKILL: nothing it had under way finishes).
     pub fn kill_controller(&mut self) {
         self.running = None;

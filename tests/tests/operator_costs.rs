@@ -1,0 +1,126 @@
+//! What a reconcile costs at the API server (issue 17), counted in the loopback cluster's
+//! audit log for the controller's identity: a reconcile that finds nothing due writes nothing,
+//! and a drift check that finds no drift makes a bounded number of requests, printed by
+//! resource and verb (run with `--nocapture` to see them; the README quotes them).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+use support::operator::{Operator, ready_with};
+
+const CONTROLLER: &str = "system:serviceaccount:tfops-system:tfops-controller";
+const RECONCILES: &str = "tfops_reconciles_total{result=\"success\"}";
+
+/// The controller's requests from `from` on, as `VERB resource` → count.
+fn requests(op: &Operator, from: usize) -> BTreeMap<String, usize> {
+    let mut counted = BTreeMap::new();
+    for a in op.cluster.audit().into_iter().skip(from) {
+        if a.user != CONTROLLER {
+            continue;
+        }
+        // `/api/v1/namespaces/team-a/pods/x` → `pods`; `.../terraforms/x/status` → `terraforms/status`.
+        let parts: Vec<&str> = a.path.split('/').filter(|p| !p.is_empty()).collect();
+        let at = parts
+            .iter()
+            .position(|p| *p == "namespaces")
+            .map_or(parts.len().saturating_sub(1), |i| i + 2);
+        let mut resource = parts.get(at).copied().unwrap_or("?").to_string();
+        if let Some(sub) = parts.get(at + 2) {
+            resource = format!("{resource}/{sub}");
+        }
+        let watch = a.query.contains("watch=true") || a.query.contains("watch=1");
+        let verb = if watch {
+            "WATCH".to_string()
+        } else {
+            a.method.clone()
+        };
+        *counted.entry(format!("{verb} {resource}")).or_default() += 1;
+    }
+    counted
+}
+
+async fn reconciles_after(op: &Operator, before: f64) {
+    for _ in 0..600 {
+        if op.manager().counter(RECONCILES).await > before {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no reconcile within 30 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reconcile_with_nothing_due_writes_nothing_and_a_drift_check_is_bounded() {
+    let op = Operator::start().await;
+    op.apply(&op.manifest("app", json!({"approvePlan": "auto"})));
+    op.wait_for("app", "became Ready", 120, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+    op.wait_for_runs("app", 1).await;
+    // Let the reconciles the run's own writes cause settle: count until one more finds
+    // nothing to do.
+    let before = op.manager().counter(RECONCILES).await;
+    let mark = op.cluster.audit().len();
+
+    // A label edit wakes the controller; nothing is due (interval 1h, no spec change).
+    let (ok, out, err) = support::kubectl(
+        &op.kubeconfig,
+        &["label", "-n", "team-a", "terraform/app", "team=platform"],
+    );
+    assert!(ok, "{out}{err}");
+    reconciles_after(&op, before).await;
+    let idle = requests(&op, mark);
+    let writes: Vec<&String> = idle
+        .keys()
+        .filter(|k| !k.starts_with("GET ") && !k.starts_with("WATCH "))
+        .collect();
+    println!("a reconcile with nothing due: {idle:?}");
+    assert!(writes.is_empty(), "no write when nothing is due: {idle:?}");
+
+    // A drift check (a reconcile request on an unchanged object): a runner Pod, a plan that
+    // finds nothing, no apply.
+    let before = op.manager().counter(RECONCILES).await;
+    let mark = op.cluster.audit().len();
+    op.wait_for_runs("app", 1).await;
+    let (ok, out, err) = support::kubectl(
+        &op.kubeconfig,
+        &[
+            "annotate",
+            "--overwrite",
+            "-n",
+            "team-a",
+            "terraform/app",
+            "infra.argocd.io/reconcile=check-1",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    op.wait_for("app", "handled the drift check", 120, |t| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.last_handled_reconcile_at.as_deref())
+            == Some("check-1")
+            && t.status.as_ref().is_some_and(|s| s.active_run.is_none())
+    })
+    .await;
+    op.wait_for_runs("app", 2).await;
+    reconciles_after(&op, before).await;
+    let check = requests(&op, mark);
+    println!("a drift check without drift: {check:?}");
+    let total: usize = check.values().sum();
+    let count = |k: &str| check.get(k).copied().unwrap_or(0);
+    assert_eq!(count("POST pods"), 1, "one runner Pod: {check:?}");
+    assert_eq!(count("DELETE pods"), 1, "and it goes: {check:?}");
+    assert!(
+        count("PATCH terraforms/status") <= 4,
+        "status written per phase, not per poll: {check:?}"
+    );
+    assert!(
+        total <= 40,
+        "a bounded number of requests ({total}): {check:?}"
+    );
+}
