@@ -486,6 +486,19 @@ impl Model {
                 real_after.is_empty(),
                 "state deleted while resources exist: {real_after:?}"
             );
+            // The state is the runner's to write: a runner that writes for the object removes
+            // it too, in a session of this reconcile; the controller's own ports never do.
+            if w.lock().runner_writes {
+                let by_runner = w.lock().calls[calls_before..]
+                    .iter()
+                    .filter(|c| c.op == FakeOp::DeleteState && c.object == *key)
+                    .count();
+                prop_assert_eq!(
+                    by_runner,
+                    w.lock().deleted_states.len() - deleted_before,
+                    "state deleted by the controller, not the runner"
+                );
+            }
         }
 
         let Ok(Some(report)) = result else {
@@ -733,6 +746,49 @@ proptest! {
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let mut model = Model::new(runner_writes);
+        for a in &actions {
+            model.apply(a, &rt)?;
+        }
+        check_deletion_terminates(&mut model, &rt)?;
+    }
+}
+
+/// Deletions that destroy, often: both objects start asking to destroy on deletion and to
+/// delete their state, then histories mix reconciles, faults, drift, toggles of those two
+/// fields and deletions. The invariants of `reconcile_and_check` hold (state deleted only when
+/// asked, after a destroy left nothing, and by the runner when it writes for the object), and
+/// deletion still terminates.
+fn deletion_action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        8 => (0usize..2).prop_map(Action::Reconcile),
+        2 => (0usize..2).prop_map(Action::Delete),
+        1 => (0usize..2).prop_map(|o| Action::Edit(o, Edit::DestroyOnDeletion)),
+        1 => (0usize..2).prop_map(|o| Action::Edit(o, Edit::DeleteStateOnDestroy)),
+        2 => (0usize..2, proptest::bool::weighted(0.8), any::<bool>())
+            .prop_map(|(o, right, token)| Action::ApproveByAnnotation(o, right, token)),
+        2 => proptest::sample::select(FAULTS).prop_map(Action::Fail),
+        2 => proptest::sample::select(&[1u64, 20, 300, 660][..]).prop_map(Action::Advance),
+        1 => (0usize..2).prop_map(Action::Drift),
+        1 => Just(Action::LoseRunners),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, max_shrink_iters: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn deletions_that_destroy_keep_the_state_rules(
+        actions in proptest::collection::vec(deletion_action(), 1..40),
+        runner_writes in any::<bool>(),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let mut model = Model::new(runner_writes);
+        for key in model.keys.clone() {
+            model.world.edit(&key, |s| {
+                s.destroy_resources_on_deletion = true;
+                s.tfstate.delete_on_destroy = true;
+            });
+        }
         for a in &actions {
             model.apply(a, &rt)?;
         }

@@ -40,12 +40,16 @@ impl FakeSession {
 
     /// Records the command, then fails if a fault is set for it.
     fn call(&self, op: FakeOp) -> Result<(), PortError> {
+        self.record(op);
+        self.world.check(op)
+    }
+
+    fn record(&self, op: FakeOp) {
         self.world.lock().calls.push(Call {
             object: self.object.clone(),
             op,
             session: self.session,
         });
-        self.world.check(op)
     }
 
     /// Applies the last plan (what `terraform apply` of the saved plan does).
@@ -322,11 +326,15 @@ impl RunnerSession for FakeSession {
         PlanStore::delete(&self.world, &self.object, workspace).await
     }
 
+    // Recorded as runner commands (the runner's identity removes them); the world's port
+    // applies the fault injected for the operation.
     async fn delete_outputs(&mut self, name: &str) -> Result<(), PortError> {
+        self.record(FakeOp::DeleteOutputs);
         OutputsSink::delete(&self.world, &self.object, name).await
     }
 
     async fn delete_state(&mut self, workspace: &str, suffix: &str) -> Result<(), PortError> {
+        self.record(FakeOp::DeleteState);
         StateAdmin::delete_state(&self.world, &self.object, workspace, suffix).await
     }
 
