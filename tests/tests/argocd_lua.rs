@@ -311,13 +311,11 @@ fn the_shipped_argocd_cm_entries_are_these_scripts() {
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: argocd-server\n  namespace: argocd\nspec:\n  template:\n    spec:\n      containers:\n        - name: argocd-server\n          image: quay.io/argoproj/argocd:v3.2.0\n",
     )
     .unwrap();
-    let up = "../".repeat(root.components().count() - 1);
-    let component = config.canonicalize().unwrap();
     std::fs::write(
         root.join("kustomization.yaml"),
         format!(
-            "resources:\n  - argocd-cm.yaml\n  - argocd-server.yaml\ncomponents:\n  - {up}{}\n",
-            component.strip_prefix("/").unwrap().display()
+            "resources:\n  - argocd-cm.yaml\n  - argocd-server.yaml\ncomponents:\n  - {}\n",
+            support::kustomize_path(&root, &config)
         ),
     )
     .unwrap();

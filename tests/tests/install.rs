@@ -308,15 +308,12 @@ fn helm_and_kustomize_render_the_same_objects() {
     }
     // A namespace for Terraform objects: the chart's runnerNamespaces and config/runner.
     let overlay = tempfile::tempdir().unwrap();
-    // Kustomize takes bases by relative path only: up to `/`, then down to config/runner.
     let root = overlay.path().canonicalize().unwrap();
-    let up = "../".repeat(root.components().count() - 1);
-    let base = repo().join("config/runner").canonicalize().unwrap();
     std::fs::write(
         root.join("kustomization.yaml"),
         format!(
-            "namespace: team-a\nresources:\n  - {up}{}\n",
-            base.strip_prefix("/").unwrap().display()
+            "namespace: team-a\nresources:\n  - {}\n",
+            support::kustomize_path(&root, &repo().join("config/runner"))
         ),
     )
     .unwrap();

@@ -293,3 +293,39 @@ async fn deleting_the_terraform_object_garbage_collects_its_plan() {
     .await
     .expect("the garbage collector removes a deleted object's plan objects");
 }
+
+/// The controller's store (`leaving_secrets_to_garbage_collection`): on a deleted object's
+/// cleanup it removes the readable ConfigMaps and leaves the plan Secrets, which carry the
+/// owner reference, to the garbage collector; it refuses to save, which would need to
+/// delete what it replaces.
+#[tokio::test]
+async fn the_controllers_store_deletes_no_secret_and_saves_nothing() {
+    let w = world().await;
+    let runner = KubePlanStore::new(w.client.clone(), Owner::Lookup(w.client.clone()));
+    let saved = plan("plan-main-abc", b"a plan".to_vec(), "+ create".into());
+    runner.save(&w.key, "default", &saved).await.unwrap();
+    let controller = KubePlanStore::new(w.client.clone(), Owner::Lookup(w.client.clone()))
+        .leaving_secrets_to_garbage_collection();
+    let e = controller
+        .save(&w.key, "default", &saved)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("stored by the runner"), "{e}");
+    controller.delete(&w.key, "default").await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(w.client.clone(), "team");
+    let maps: Api<ConfigMap> = Api::namespaced(w.client.clone(), "team");
+    assert_eq!(names(&secrets).await, ["tfplan-default-web"]);
+    assert!(names(&maps).await.is_empty(), "the readable plan is gone");
+    let owner = &secrets
+        .get("tfplan-default-web")
+        .await
+        .unwrap()
+        .metadata
+        .owner_references
+        .unwrap()[0];
+    assert_eq!(
+        owner.uid,
+        w.object.metadata.uid.clone().unwrap(),
+        "the collector's to take"
+    );
+}

@@ -156,7 +156,9 @@ impl KubePlanStore {
     /// A store that deletes no plan Secret: the controller's, whose identity may not delete
     /// Secrets. Plan Secrets carry their object's owner reference, so Kubernetes' garbage
     /// collector removes them with it; a runner, which writes them, replaces and removes
-    /// them during runs. Readable plans (ConfigMaps) are still deleted.
+    /// them during runs. Readable plans (ConfigMaps) are still deleted. Such a store refuses
+    /// to save (a save must remove what it replaces), so it only reads and cleans up after a
+    /// deleted object.
     #[must_use]
     pub fn leaving_secrets_to_garbage_collection(mut self) -> Self {
         self.keep_secrets = true;
@@ -435,6 +437,13 @@ impl PlanStore for KubePlanStore {
         workspace: &str,
         plan: &StoredPlan,
     ) -> Result<(), PortError> {
+        if self.keep_secrets {
+            // Replacing a plan removes the previous one's Secrets, which this store never does:
+            // saving here would leave an old plan readable beside the new one.
+            return Err(PortError::Invalid(
+                "this plan store deletes no Secrets and so cannot replace a plan; plans are stored by the runner that makes them".into(),
+            ));
+        }
         let owners = self.owner.references(object).await?;
         let now = jiff::Timestamp::now().as_nanosecond();
         let sha = tfops_core::digest::sha256_hex(&plan.binary);

@@ -212,6 +212,18 @@ pub async fn terraform(
         .unwrap()
 }
 
+/// `target` as a path relative to the directory `from`, as a kustomization must name its
+/// bases and components (Kustomize refuses absolute ones): up to `/`, then down.
+pub fn kustomize_path(from: &Path, target: &Path) -> String {
+    let from = from.canonicalize().unwrap();
+    let target = target.canonicalize().unwrap();
+    format!(
+        "{}{}",
+        "../".repeat(from.components().count() - 1),
+        target.strip_prefix("/").unwrap().display()
+    )
+}
+
 /// Waits (with `kubectl wait`, at most 30 s) until the `Terraform` CRD installed with
 /// kubectl is Established.
 pub fn terraform_crd_established(kubeconfig: &Path) {
