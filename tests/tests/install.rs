@@ -295,6 +295,74 @@ fn the_chart_renders_each_option_group_as_documented() {
 }
 
 #[test]
+fn the_chart_runs_one_manager_per_shard_with_disjoint_selectors() {
+    use clap::Parser;
+    let rendered = objects(&helm_template(
+        4,
+        &["charts/tfops/ci/shards-values.yaml"],
+        &[],
+    ));
+    let mut leases = Vec::new();
+    let mut selectors = Vec::new();
+    for (name, shard) in [
+        ("tfops-manager", None),
+        ("tfops-manager-eu", Some("eu")),
+        ("tfops-manager-us", Some("us")),
+    ] {
+        let key = (
+            "Deployment".to_string(),
+            NAMESPACE.to_string(),
+            name.to_string(),
+        );
+        let deployment = rendered
+            .get(&key)
+            .unwrap_or_else(|| panic!("no {name} in {:?}", rendered.keys()));
+        assert_eq!(deployment["spec"]["replicas"], 2);
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        let mut line = vec![
+            "tfops-manager".to_string(),
+            "--runner-pod-image".into(),
+            "r".into(),
+        ];
+        line.extend(
+            container["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string()),
+        );
+        let flags = tfops_operator::manager::flags::Flags::try_parse_from(line).unwrap();
+        assert_eq!(
+            flags.shard,
+            tfops_kube::controller::shard::Shard::parse(shard.unwrap_or("")).unwrap()
+        );
+        assert_eq!(flags.concurrent, 8);
+        leases.push(flags.lease_name());
+        let template_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(
+            template_labels
+                .get("infra.argocd.io/shard")
+                .and_then(Value::as_str),
+            shard
+        );
+        selectors.push(deployment["spec"]["selector"].clone());
+    }
+    leases.sort();
+    leases.dedup();
+    assert_eq!(
+        leases.len(),
+        3,
+        "each shard elects its own leader: {leases:?}"
+    );
+    assert_eq!(
+        selectors[0]["matchExpressions"],
+        json!([{"key": "infra.argocd.io/shard", "operator": "DoesNotExist"}]),
+        "the default shard's Deployment does not select the others' Pods"
+    );
+    assert_eq!(selectors[1]["matchLabels"]["infra.argocd.io/shard"], "eu");
+}
+
+#[test]
 fn helm_and_kustomize_render_the_same_objects() {
     let helm = objects(&helm_template(4, &[], &["namespace.create=true"]));
     let kustomized = objects(&kustomize(&repo().join("config/default")));

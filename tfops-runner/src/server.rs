@@ -329,9 +329,16 @@ impl RunnerService {
     }
 }
 
+/// The id of the command running now.
+fn running(runs: &HashMap<String, Arc<RunEntry>>) -> Option<String> {
+    runs.iter()
+        .find(|(_, e)| e.result.borrow().is_none())
+        .map(|(id, _)| id.clone())
+}
+
 fn busy(runs: &HashMap<String, Arc<RunEntry>>, what: &str) -> Result<(), Status> {
-    match runs.iter().find(|(_, e)| e.result.borrow().is_none()) {
-        Some((id, _)) => Err(Status::failed_precondition(format!(
+    match running(runs) {
+        Some(id) => Err(Status::failed_precondition(format!(
             "{what} refused: run {id} is still running"
         ))),
         None => Ok(()),
@@ -612,6 +619,7 @@ impl Runner for RunnerService {
             binary,
             version,
             writes_for_object: self.stores.is_some(),
+            running_run_id: running(&lock(&self.runs)).unwrap_or_default(),
         }))
     }
 

@@ -85,6 +85,11 @@ pub mod annotations {
     }
 }
 
+/// The label naming the shard of managers an object belongs to (see the README's "Scaling"):
+/// a manager started with `--shard NAME` reconciles only objects labelled `NAME`; one started
+/// without reconciles only objects without the label (the default shard).
+pub const SHARD_LABEL: &str = "infra.argocd.io/shard";
+
 /// The finalizer tfops puts on every `Terraform` object it manages. While it is present the
 /// object cannot disappear before its resources are destroyed (when asked), its plans and
 /// outputs are removed, and no other object still depends on it.

@@ -5,11 +5,13 @@
 //! the dependants from the [`index::DependsIndex`], and requeues as the driver says.
 
 pub mod index;
+pub mod shard;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -25,6 +27,7 @@ use tfops_core::reconcile::{
 use crate::state::SECRET_LIMIT;
 use crate::{KubeEventSink, KubeStateAdmin, Terraform};
 use index::{DependsIndex, dependencies_of};
+use shard::Shard;
 
 /// Why a reconcile did not finish; it is retried after [`Settings::error_requeue`].
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +83,8 @@ pub struct Settings {
     pub error_requeue: Duration,
     /// Told of every reconcile.
     pub observer: Option<Observer>,
+    /// The objects reconciled: those of this shard only.
+    pub shard: Shard,
 }
 
 impl Default for Settings {
@@ -89,6 +94,7 @@ impl Default for Settings {
             concurrency: 4,
             error_requeue: Duration::from_secs(10),
             observer: None,
+            shard: Shard::Default,
         }
     }
 }
@@ -127,17 +133,42 @@ impl Context {
         self.stores.iter().find_map(|s| s.get(&reference))
     }
 
-    /// The dependencies' states as the cache has them.
-    fn dependencies(&self, object: &TerraformObject) -> Vec<DependencyState> {
-        dependencies_of(object)
-            .into_iter()
-            .map(|key| {
-                let found = self
-                    .cached(&key)
-                    .map(|tf| DependencyView::of(&tf.to_object()));
-                DependencyState { key, found }
-            })
-            .collect()
+    /// The dependencies' states as the cache has them; one not cached (in another shard, or
+    /// a namespace not watched) is read from the API server. A dependency that cannot be read
+    /// counts as missing: the dependant waits, which is safe.
+    async fn dependencies(&self, object: &TerraformObject) -> Vec<DependencyState> {
+        let mut states = Vec::new();
+        for key in dependencies_of(object) {
+            let found = match self.cached(&key) {
+                Some(tf) => Some(DependencyView::of(&tf.to_object())),
+                None => Api::<Terraform>::namespaced(self.client.clone(), &key.namespace)
+                    .get_opt(&key.name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|tf| DependencyView::of(&tf.to_object())),
+            };
+            states.push(DependencyState { key, found });
+        }
+        states
+    }
+
+    /// Resolves when `key` has left this manager's shard (its label changed): it is gone
+    /// from the cache and the API server has it labelled for another shard. A deleted object
+    /// never resolves it (its reconcile finishes the deletion).
+    async fn left_shard(&self, key: &ObjectKey) {
+        let api: Api<Terraform> = Api::namespaced(self.client.clone(), &key.namespace);
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if self.cached(key).is_some() {
+                continue;
+            }
+            match api.get_opt(&key.name).await {
+                Ok(Some(tf)) if !self.settings.shard.owns(tf.labels()) => return,
+                Ok(None) => std::future::pending::<()>().await,
+                _ => {}
+            }
+        }
     }
 
     /// The objects that depend on `object` and still exist and still name it.
@@ -168,7 +199,15 @@ async fn reconcile(cached: Arc<Terraform>, ctx: Arc<Context>) -> Result<Action, 
     // The semaphore is never closed, so acquiring fails never; were it closed, the reconcile
     // would go on unlimited rather than stop.
     let permit = ctx.permits.acquire().await.ok();
-    let result = tracing::Instrument::instrument(reconcile_once(&key, &ctx), span).await;
+    let result = tokio::select! {
+        r = tracing::Instrument::instrument(reconcile_once(&key, &ctx), span) => r,
+        () = ctx.left_shard(&key) => {
+            // As a manager that lost its leadership: what runs in the runner Pod goes on
+            // (an apply is recorded in status), and the new shard takes it from there.
+            tracing::info!(object = %key, "moved to another shard mid-reconcile; left to it");
+            Ok(None)
+        }
+    };
     drop(permit);
     if let Some(Observer(observer)) = &ctx.settings.observer {
         match &result {
@@ -201,11 +240,15 @@ async fn reconcile_once(
         ctx.index.forget(&key);
         return Ok(None);
     };
+    if !ctx.settings.shard.owns(fresh.labels()) {
+        tracing::info!(object = %key, now = %Shard::describe(fresh.labels()), "not in this manager's shard; left to it");
+        return Ok(None);
+    }
     let object = fresh.to_object();
     if let Some(events) = &ctx.events {
         events.observe(&key, &object.metadata.uid).await;
     }
-    let dependencies = ctx.dependencies(&object);
+    let dependencies = ctx.dependencies(&object).await;
     let dependants = ctx.dependants(&object);
     let started = jiff::Timestamp::now();
     let report = ctx
@@ -329,12 +372,13 @@ pub async fn run(
                     .map(|k| object_ref(&k))
                     .collect::<Vec<_>>()
             };
-            Controller::new(api.clone(), watcher::Config::default())
+            let selected = watcher::Config::default().labels(&settings.shard.selector());
+            Controller::new(api.clone(), selected.clone())
                 .with_config(ControllerConfig::default().concurrency(settings.concurrency))
                 // The same objects again, for their relations: a dependency whose readiness
                 // changed requeues the objects that wait for it, a dependant being deleted its
                 // dependencies.
-                .watches(api, watcher::Config::default(), mapper)
+                .watches(api, selected, mapper)
                 .graceful_shutdown_on(shutdown.clone())
         })
         .collect();

@@ -148,6 +148,51 @@ impl KubeRunnerPort {
         Ok(pod)
     }
 
+    /// Dials the Ready Pod's runner.
+    async fn dial(&self, namespace: &str, pod: &Pod) -> Result<RunnerClient, PortError> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let ip = pod_ip(pod).ok_or_else(|| {
+            PortError::Unavailable(format!("runner Pod {namespace}/{name} has no IP yet"))
+        })?;
+        let tls = self.pki.client_tls(namespace).await?;
+        let port = pod_state::grpc_port(pod).unwrap_or(self.settings.pod.grpc_port);
+        let endpoint = format!("https://{ip}:{port}");
+        RunnerClient::connect_with(&endpoint, &tls, self.settings.client.clone())
+            .await
+            .map_err(|e| {
+                PortError::Unavailable(format!(
+                    "connecting to runner Pod {namespace}/{name} at {endpoint}: {e}"
+                ))
+            })
+    }
+
+    /// Waits (at most the creation timeout) until the runner in `pod` runs no command. A
+    /// runner that cannot be reached counts as idle: it is replaced anyway.
+    async fn wait_idle(&self, namespace: &str, pod: &Pod) -> Result<(), PortError> {
+        let Ok(mut client) = self.dial(namespace, pod).await else {
+            return Ok(());
+        };
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let deadline = tokio::time::Instant::now() + self.settings.creation_timeout;
+        loop {
+            let Ok(info) = client.info_reply().await else {
+                return Ok(());
+            };
+            if info.running_run_id.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(PortError::Unavailable(format!(
+                    "runner Pod {namespace}/{name} still runs {} of an earlier session after {} s; trying again later",
+                    info.running_run_id,
+                    self.settings.creation_timeout.as_secs()
+                )));
+            }
+            tracing::info!(pod = %name, run = %info.running_run_id, "waiting for a run of an earlier session to end");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     /// Dials the Ready Pod and opens a session on it; `attaching`: to a run an earlier
     /// session started (so the session asks the runner what it is now, not at `init`).
     async fn connect(
@@ -159,19 +204,7 @@ impl KubeRunnerPort {
     ) -> Result<Box<dyn RunnerSession>, PortError> {
         let namespace = &object.metadata.namespace;
         let name = pod.metadata.name.clone().unwrap_or_default();
-        let ip = pod_ip(pod).ok_or_else(|| {
-            PortError::Unavailable(format!("runner Pod {namespace}/{name} has no IP yet"))
-        })?;
-        let tls = self.pki.client_tls(namespace).await?;
-        let port = pod_state::grpc_port(pod).unwrap_or(self.settings.pod.grpc_port);
-        let endpoint = format!("https://{ip}:{port}");
-        let client = RunnerClient::connect_with(&endpoint, &tls, self.settings.client.clone())
-            .await
-            .map_err(|e| {
-                PortError::Unavailable(format!(
-                    "connecting to runner Pod {namespace}/{name} at {endpoint}: {e}"
-                ))
-            })?;
+        let client = self.dial(namespace, pod).await?;
         // Run ids unique to this session: a kept Pod remembers the runs of earlier ones.
         let prefix = format!(
             "{}-{}",
@@ -209,6 +242,11 @@ impl RunnerPort for KubeRunnerPort {
             .await
             .map_err(|e| port_error(&format!("reading runner Pod {namespace}/{name}"), e))?
         {
+            if is_ready(&existing) && death(&existing).is_none() {
+                // Another session may still run a command there (a manager that stopped or
+                // lost the object to another shard mid-plan): wait for it, never race it.
+                self.wait_idle(namespace, &existing).await?;
+            }
             let current = existing
                 .metadata
                 .annotations

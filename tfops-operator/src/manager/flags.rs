@@ -8,6 +8,11 @@ use std::time::Duration;
 use clap::{ArgAction, Parser};
 
 use crate::logs::LogFormat;
+use tfops_kube::controller::shard::Shard;
+
+fn shard(text: &str) -> Result<Shard, String> {
+    Shard::parse(text).map_err(|e| e.to_string())
+}
 
 fn go_duration(text: &str) -> Result<Duration, String> {
     tfops_core::duration::parse(text).map_err(|e| e.to_string())
@@ -90,13 +95,14 @@ pub struct Flags {
     /// Elect one leader among replicas with a Lease; only the leader reconciles.
     #[arg(long, env = "TFOPS_LEADER_ELECTION", default_value_t = true, action = ArgAction::Set)]
     pub leader_election: bool,
-    /// The leader Lease's name.
-    #[arg(
-        long,
-        env = "TFOPS_LEADER_ELECTION_ID",
-        default_value = "tfops-manager"
-    )]
-    pub leader_election_id: String,
+    /// The leader Lease's name; default `tfops-manager`, and `tfops-manager-shard-NAME` for
+    /// `--shard NAME` (each shard elects its own leader).
+    #[arg(long, env = "TFOPS_LEADER_ELECTION_ID")]
+    pub leader_election_id: Option<String>,
+    /// The shard this manager reconciles: objects labelled `infra.argocd.io/shard=NAME`.
+    /// Without it (or empty), the default shard: objects without that label.
+    #[arg(long, env = "TFOPS_SHARD", default_value = "", value_parser = shard)]
+    pub shard: Shard,
     /// How long a leader's Lease lasts without renewal (Go duration, whole seconds): a standby
     /// takes over within it.
     #[arg(long, env = "TFOPS_LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = go_duration)]
@@ -113,6 +119,17 @@ pub struct Flags {
     /// Where Git repositories are cached.
     #[arg(long, env = "TFOPS_GIT_CACHE", default_value = "/tmp/tfops-git-cache")]
     pub git_cache: std::path::PathBuf,
+}
+
+impl Flags {
+    /// The leader Lease's name (`--leader-election-id`, or derived from the shard).
+    pub fn lease_name(&self) -> String {
+        match (&self.leader_election_id, &self.shard) {
+            (Some(id), _) => id.clone(),
+            (None, Shard::Default) => "tfops-manager".into(),
+            (None, Shard::Named(name)) => format!("tfops-manager-shard-{name}"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -168,6 +185,32 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e.to_string().contains("--runner-creation-timeout"), "{e}");
+        assert_eq!(f.shard, Shard::Default);
+        assert_eq!(f.lease_name(), "tfops-manager");
+        let f =
+            Flags::try_parse_from(["tfops-manager", "--runner-pod-image", "r", "--shard", "eu"])
+                .unwrap();
+        assert_eq!(f.shard, Shard::Named("eu".into()));
+        assert_eq!(
+            f.lease_name(),
+            "tfops-manager-shard-eu",
+            "a Lease per shard"
+        );
+        let f = Flags::try_parse_from([
+            "tfops-manager",
+            "--runner-pod-image",
+            "r",
+            "--shard",
+            "eu",
+            "--leader-election-id",
+            "mine",
+        ])
+        .unwrap();
+        assert_eq!(f.lease_name(), "mine");
+        let e =
+            Flags::try_parse_from(["tfops-manager", "--runner-pod-image", "r", "--shard", "e u"])
+                .unwrap_err();
+        assert!(e.to_string().contains("not a label value"), "{e}");
         let e = Flags::try_parse_from(["tfops-manager", "--concurent", "2"]).unwrap_err();
         assert!(e.to_string().contains("--concurrent"), "a suggestion: {e}");
     }

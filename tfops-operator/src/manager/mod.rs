@@ -69,6 +69,7 @@ pub fn options(
     o.controller.namespaces = flags.watch_namespaces.clone();
     o.runner_grpc_port = flags.runner_grpc_port;
     o.controller.concurrency = flags.concurrent;
+    o.controller.shard = flags.shard.clone();
     o.controller.observer = Some(Observer(metrics));
     Ok(o)
 }
@@ -133,7 +134,8 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("serving health on {}", flags.health_addr))?
     };
-    tracing::info!(%identity, metrics = %metrics_at, health = %health_at, "tfops-manager starting");
+    let shard = flags.shard.selector();
+    tracing::info!(%identity, metrics = %metrics_at, health = %health_at, %shard, "tfops-manager starting");
     if !flags.leader_election {
         ready.store(true, Ordering::Relaxed);
         tokio::select! {
@@ -145,7 +147,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let mut leadership = leader::Leadership::join(
         client.clone(),
         &flags.namespace,
-        &flags.leader_election_id,
+        &flags.lease_name(),
         &identity,
         flags.leader_election_lease_duration,
     )
