@@ -5,6 +5,8 @@
 //! against GNU `tar -czf`. This library holds their data generators, and the `plan_peak_memory`
 //! binary measures the codec's peak memory on a 200 MiB plan.
 
+pub mod instant_runner;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -6,3 +6,4 @@
 
 pub mod argocd_lua;
 pub mod cluster;
+pub mod git;

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tfops_core::ports::{HealthChecker, PortError, Ports, ResolvedHealthCheck, SystemClock};
+use tfops_core::ports::{
+    HealthChecker, PortError, Ports, ResolvedHealthCheck, RunnerPort, SystemClock,
+};
 use tfops_kube::controller::{self, Settings};
 use tfops_kube::meta::Owner;
 use tfops_kube::runner::pki::{ControllerPki, Validity};
@@ -174,7 +176,24 @@ pub async fn run(
     options: ClusterOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), PortError> {
-    let wiring = ports(&client, &options).await?;
+    run_with_runner(client, options, shutdown, None).await
+}
+
+/// [`run`] with another [`RunnerPort`] than runner Pods, when given: for embedders with
+/// runners of their own, and for the scale benchmark's runner double.
+///
+/// # Errors
+/// Building the ports (the CA).
+pub async fn run_with_runner(
+    client: kube::Client,
+    options: ClusterOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    runner: Option<Arc<dyn RunnerPort>>,
+) -> Result<(), PortError> {
+    let mut wiring = ports(&client, &options).await?;
+    if let Some(runner) = runner {
+        wiring.ports.runner = runner;
+    }
     // The CA is renewed a look-ahead before it expires; runners get the new trust bundle with
     // their next TLS Secret, and kept Pods are replaced when it changes.
     let (pki, every) = (wiring.pki.clone(), options.cert_rotation_check);

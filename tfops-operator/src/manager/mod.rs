@@ -107,6 +107,18 @@ pub async fn main() -> anyhow::Result<()> {
 /// # Errors
 /// No Kubernetes configuration, an endpoint that cannot be bound, the CA.
 pub async fn run(flags: Flags) -> anyhow::Result<()> {
+    run_with_runner(flags, None).await
+}
+
+/// [`run`] with another [`RunnerPort`](tfops_core::ports::RunnerPort) than runner Pods, when
+/// given (see [`crate::cluster::run_with_runner`]).
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_with_runner(
+    flags: Flags,
+    runner: Option<Arc<dyn tfops_core::ports::RunnerPort>>,
+) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("finding the Kubernetes configuration (in-cluster, or KUBECONFIG)")?;
@@ -139,7 +151,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     if !flags.leader_election {
         ready.store(true, Ordering::Relaxed);
         tokio::select! {
-            r = crate::cluster::run(client, options, std::future::pending()) => r?,
+            r = crate::cluster::run_with_runner(client, options, std::future::pending(), runner.clone()) => r?,
             () = terminated() => tracing::info!("stopping: runs under way go on in their runner Pods"),
         }
         return Ok(());
@@ -162,7 +174,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     }
     tracing::info!(%identity, "leading");
     tokio::select! {
-        r = crate::cluster::run(client, options, std::future::pending()) => r?,
+        r = crate::cluster::run_with_runner(client, options, std::future::pending(), runner.clone()) => r?,
         () = leadership.lost() => {
             // Another replica may lead now: stop at once rather than race it.
             anyhow::bail!("lost the leader Lease; stopping so that only the new leader reconciles");
