@@ -1,7 +1,8 @@
 //! Runner Pods through tfops-kube's runner port, on the loopback cluster with its kubelet, the
 //! real runner and Terraform: a whole run in a Pod shaped by seed 002, plans and outputs
 //! written by the runner as its ServiceAccount, the Pod gone afterwards; a kept Pod reused
-//! and replaced once the certificate changes; and every way a Pod fails ending in its reason
+//! and replaced once the certificate changes; a new session waiting for a command an earlier
+//! one left running; and every way a Pod fails ending in its reason
 //! within a bounded time: never Ready, an image that cannot run, no ServiceAccount, a quota,
 //! OOM-killed mid-apply.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -352,4 +353,52 @@ async fn a_runner_oom_killed_mid_apply_is_reported_at_once_with_its_reason() {
     s.cleanup().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(w.client.clone(), "team-a");
     gone(&pods, "slow-tf-runner").await;
+}
+
+/// A new session on a kept Pod that still runs a command of an earlier one (a manager that
+/// stopped, or lost the object to another shard, mid-run) waits for that command to end,
+/// never running beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_waits_for_the_command_an_earlier_one_left_running() {
+    let w = world().await;
+    let port = port(&w, Duration::from_secs(60));
+    let object = object(&w, "busy", json!({"runner": {"alwaysCleanup": false}})).await;
+    let slow = format!(
+        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep 4\"\n  }}\n}}\n"
+    );
+    let mut first = port.start(&object).await.unwrap();
+    first.setup(&setup(&object, &slow)).await.unwrap();
+    first.init().await.unwrap();
+    first.select_workspace("default").await.unwrap();
+    assert!(first.plan(&normal()).await.unwrap().has_changes);
+    // The apply goes on in the runner while its session is dropped mid-way.
+    let apply = tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(1), first.apply("apply-1")).await;
+    });
+    apply.await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(w.client.clone(), "team-a");
+    let state_has_slow = || async {
+        secrets
+            .get_opt("tfstate-default-busy")
+            .await
+            .unwrap()
+            .and_then(|s| s.data)
+            .and_then(|d| d.get("tfstate").cloned())
+            .is_some_and(|gz| {
+                let mut text = String::new();
+                std::io::Read::read_to_string(
+                    &mut flate2::read::GzDecoder::new(gz.0.as_slice()),
+                    &mut text,
+                )
+                .unwrap();
+                text.contains("\"slow\"")
+            })
+    };
+    assert!(!state_has_slow().await, "the apply is still running");
+    let mut second = port.start(&object).await.unwrap();
+    assert!(
+        state_has_slow().await,
+        "the new session started only after the earlier apply ended"
+    );
+    second.cleanup().await.unwrap();
 }
