@@ -120,7 +120,11 @@ async fn a_reconcile_with_nothing_due_writes_nothing_and_a_drift_check_is_bounde
         "status written per phase, not per poll: {check:?}"
     );
     assert!(
-        total <= 40,
+        count("WATCH pods") <= 2,
+        "one Pod watch for Ready, one for the session: {check:?}"
+    );
+    assert!(
+        total <= 24,
         "a bounded number of requests ({total}): {check:?}"
     );
 }

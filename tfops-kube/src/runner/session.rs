@@ -79,23 +79,63 @@ impl PodWatch {
         self.died_because("could no longer be watched")
     }
 
-    /// `command`, unless the Pod dies first; a command that fails while the Pod is dead
-    /// reports the death (the more useful of the two messages).
-    pub async fn guard<T>(
-        &self,
-        command: impl Future<Output = Result<T, PortError>>,
-    ) -> Result<T, PortError> {
-        let result = tokio::select! {
-            biased;
-            r = command => r,
-            d = self.died() => return Err(d),
-        };
-        match result {
-            Err(e) => Err(self.dead_now().await.unwrap_or(e)),
-            ok => ok,
-        }
+    /// Watches the Pod in the background for as long as the returned [`Death`] lives: one
+    /// watch for a whole session rather than one per command.
+    pub fn watch_death(&self) -> Death {
+        let (tell, seen) = tokio::sync::watch::channel(None);
+        let me = self.clone();
+        let task = tokio::spawn(async move {
+            let why = me.died().await;
+            let _ = tell.send(Some(why));
+        });
+        Death { seen, task }
     }
+}
 
+/// A runner Pod's death, as its background watch saw it (see [`PodWatch::watch_death`]).
+pub struct Death {
+    seen: tokio::sync::watch::Receiver<Option<PortError>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Death {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Death {
+    /// Resolves when the Pod has died, with why; never when its watch was stopped.
+    async fn happened(&self) -> PortError {
+        let mut seen = self.seen.clone();
+        if let Ok(why) = seen.wait_for(Option::is_some).await
+            && let Some(why) = why.clone()
+        {
+            return why;
+        }
+        std::future::pending().await
+    }
+}
+
+/// `command`, unless the Pod dies first; a command that fails while the Pod is dead reports
+/// the death (the more useful of the two messages).
+async fn guard<T>(
+    pod: &PodWatch,
+    death: &Death,
+    command: impl Future<Output = Result<T, PortError>>,
+) -> Result<T, PortError> {
+    let result = tokio::select! {
+        biased;
+        r = command => r,
+        d = death.happened() => return Err(d),
+    };
+    match result {
+        Err(e) => Err(pod.dead_now().await.unwrap_or(e)),
+        ok => ok,
+    }
+}
+
+impl PodWatch {
     /// Deletes the Pod (only this one: a precondition on its uid).
     ///
     /// # Errors
@@ -125,6 +165,7 @@ impl PodWatch {
 pub struct PodSession {
     inner: Session,
     pod: PodWatch,
+    death: Death,
     delete_after: bool,
 }
 
@@ -133,6 +174,7 @@ impl PodSession {
     pub fn new(inner: Session, pod: PodWatch, delete_after: bool) -> Self {
         Self {
             inner,
+            death: pod.watch_death(),
             pod,
             delete_after,
         }
@@ -154,47 +196,52 @@ impl RunnerSession for PodSession {
     }
 
     async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {
-        self.pod.guard(self.inner.setup(request)).await
+        guard(&self.pod, &self.death, self.inner.setup(request)).await
     }
 
     async fn init(&mut self) -> Result<(), PortError> {
-        self.pod.guard(self.inner.init()).await
+        guard(&self.pod, &self.death, self.inner.init()).await
     }
 
     async fn select_workspace(&mut self, workspace: &str) -> Result<(), PortError> {
-        self.pod.guard(self.inner.select_workspace(workspace)).await
+        guard(
+            &self.pod,
+            &self.death,
+            self.inner.select_workspace(workspace),
+        )
+        .await
     }
 
     async fn plan(&mut self, request: &PlanRequest) -> Result<PlanResult, PortError> {
-        self.pod.guard(self.inner.plan(request)).await
+        guard(&self.pod, &self.death, self.inner.plan(request)).await
     }
 
     async fn show(&mut self) -> Result<ShownPlan, PortError> {
-        self.pod.guard(self.inner.show()).await
+        guard(&self.pod, &self.death, self.inner.show()).await
     }
 
     async fn apply(&mut self, run_id: &str) -> Result<(), PortError> {
-        self.pod.guard(self.inner.apply(run_id)).await
+        guard(&self.pod, &self.death, self.inner.apply(run_id)).await
     }
 
     async fn attach(&mut self, run_id: &str) -> Result<(), PortError> {
-        self.pod.guard(self.inner.attach(run_id)).await
+        guard(&self.pod, &self.death, self.inner.attach(run_id)).await
     }
 
     async fn outputs(&mut self) -> Result<BTreeMap<String, OutputValue>, PortError> {
-        self.pod.guard(self.inner.outputs()).await
+        guard(&self.pod, &self.death, self.inner.outputs()).await
     }
 
     async fn inventory(&mut self) -> Result<Vec<InventoryEntry>, PortError> {
-        self.pod.guard(self.inner.inventory()).await
+        guard(&self.pod, &self.death, self.inner.inventory()).await
     }
 
     async fn force_unlock(&mut self, lock_id: &str) -> Result<(), PortError> {
-        self.pod.guard(self.inner.force_unlock(lock_id)).await
+        guard(&self.pod, &self.death, self.inner.force_unlock(lock_id)).await
     }
 
     async fn cleanup(&mut self) -> Result<(), PortError> {
-        let cleaned = self.pod.guard(self.inner.cleanup()).await;
+        let cleaned = guard(&self.pod, &self.death, self.inner.cleanup()).await;
         if self.delete_after {
             // The working directory dies with the Pod whatever the runner answered.
             return self.pod.delete().await;
@@ -207,27 +254,30 @@ impl RunnerSession for PodSession {
     }
 
     async fn save_plan(&mut self, plan: &PlanToStore) -> Result<(), PortError> {
-        self.pod.guard(self.inner.save_plan(plan)).await
+        guard(&self.pod, &self.death, self.inner.save_plan(plan)).await
     }
 
     async fn delete_plan(&mut self, workspace: &str) -> Result<(), PortError> {
-        self.pod.guard(self.inner.delete_plan(workspace)).await
+        guard(&self.pod, &self.death, self.inner.delete_plan(workspace)).await
     }
 
     async fn delete_outputs(&mut self, name: &str) -> Result<(), PortError> {
-        self.pod.guard(self.inner.delete_outputs(name)).await
+        guard(&self.pod, &self.death, self.inner.delete_outputs(name)).await
     }
 
     async fn delete_state(&mut self, workspace: &str, suffix: &str) -> Result<(), PortError> {
-        self.pod
-            .guard(self.inner.delete_state(workspace, suffix))
-            .await
+        guard(
+            &self.pod,
+            &self.death,
+            self.inner.delete_state(workspace, suffix),
+        )
+        .await
     }
 
     async fn write_outputs(
         &mut self,
         request: &OutputsRequest,
     ) -> Result<BTreeMap<String, OutputValue>, PortError> {
-        self.pod.guard(self.inner.write_outputs(request)).await
+        guard(&self.pod, &self.death, self.inner.write_outputs(request)).await
     }
 }
