@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use tfops_core::api::{InventoryEntry, ObjectKey, TerraformObject};
+use tfops_core::api::{InventoryEntry, ObjectKey, RunnerRole, TerraformObject};
 use tfops_core::ports::{
     OutputValue, OutputsRequest, PlanKind, PlanRequest, PlanResult, PlanSummary, PlanToStore,
     PortError, RunnerPort, RunnerSession, SetupRequest, ShownPlan,
@@ -33,7 +33,11 @@ impl InstantRunner {
 
 #[async_trait]
 impl RunnerPort for InstantRunner {
-    async fn start(&self, object: &TerraformObject) -> Result<Box<dyn RunnerSession>, PortError> {
+    async fn start(
+        &self,
+        object: &TerraformObject,
+        _role: RunnerRole,
+    ) -> Result<Box<dyn RunnerSession>, PortError> {
         Ok(Box::new(InstantSession {
             applied: self.applied.clone(),
             object: object.key(),
@@ -46,7 +50,7 @@ impl RunnerPort for InstantRunner {
         object: &TerraformObject,
         _runner: &str,
     ) -> Result<Box<dyn RunnerSession>, PortError> {
-        self.start(object).await
+        self.start(object, RunnerRole::Plan).await
     }
 }
 

@@ -270,10 +270,30 @@ fn the_chart_renders_each_option_group_as_documented() {
         json!({"name": "RUNNER_POD_IMAGE", "value": "registry.example/tfops-runner:0.1.0"})
     );
     for ns in ["team-a", "team-b"] {
-        get("ServiceAccount", ns, "tf-runner");
-        assert_eq!(
-            get("RoleBinding", ns, "tf-runner")["roleRef"]["name"],
-            "tfops-runner"
+        // A plan and an apply identity, each with the runner's role and its own cloud role.
+        for (account, role) in [
+            ("tf-plan", "terraform-read"),
+            ("tf-apply", "terraform-write"),
+        ] {
+            let sa = get("ServiceAccount", ns, account);
+            assert_eq!(
+                sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+                format!("arn:aws:iam::111122223333:role/{role}")
+            );
+            let binding = get("RoleBinding", ns, account);
+            assert_eq!(binding["roleRef"]["name"], "tfops-runner");
+            assert_eq!(
+                binding["subjects"][0],
+                json!({"kind": "ServiceAccount", "name": account, "namespace": ns})
+            );
+        }
+        assert!(
+            !rendered.contains_key(&(
+                "ServiceAccount".to_string(),
+                ns.to_string(),
+                "tf-runner".to_string()
+            )),
+            "only the ServiceAccounts asked for"
         );
         let policy = get("NetworkPolicy", ns, "tf-runner");
         assert_eq!(

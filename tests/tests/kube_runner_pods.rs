@@ -17,7 +17,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::wait::await_condition;
 use serde_json::json;
 use tests::cluster::LoopbackCluster;
-use tfops_core::api::TerraformObject;
+use tfops_core::api::{RunnerRole, TerraformObject};
 use tfops_core::ports::{
     Artifact, OutputsRequest, PlanKind, PlanRequest, PlanToStore, PortError, RunnerPort,
     SetupRequest,
@@ -134,7 +134,7 @@ async fn a_whole_run_in_a_runner_pod_that_writes_plans_and_outputs_itself() {
         json!({"runner": {"podTemplate": {"metadata": {"labels": {"team": "a"}}}}}),
     )
     .await;
-    let mut s = port.start(&object).await.unwrap();
+    let mut s = port.start(&object, RunnerRole::Plan).await.unwrap();
     assert_eq!(s.runner(), "vpc-tf-runner");
     let pods: Api<Pod> = Api::namespaced(w.client.clone(), "team-a");
     let pod = pods.get("vpc-tf-runner").await.unwrap();
@@ -211,10 +211,10 @@ async fn a_kept_pod_is_reused_until_its_certificate_changes() {
     let port = port(&w, Duration::from_secs(60));
     let object = object(&w, "kept", json!({"runner": {"alwaysCleanup": false}})).await;
     let pods: Api<Pod> = Api::namespaced(w.client.clone(), "team-a");
-    let mut first = port.start(&object).await.unwrap();
+    let mut first = port.start(&object, RunnerRole::Plan).await.unwrap();
     first.cleanup().await.unwrap();
     let uid = pods.get("kept-tf-runner").await.unwrap().metadata.uid;
-    let mut second = port.start(&object).await.unwrap();
+    let mut second = port.start(&object, RunnerRole::Plan).await.unwrap();
     assert_eq!(
         pods.get("kept-tf-runner").await.unwrap().metadata.uid,
         uid,
@@ -226,7 +226,7 @@ async fn a_kept_pod_is_reused_until_its_certificate_changes() {
         .delete("terraform-runner.tls", &DeleteParams::default())
         .await
         .unwrap();
-    let mut third = port.start(&object).await.unwrap();
+    let mut third = port.start(&object, RunnerRole::Plan).await.unwrap();
     let now = pods.get("kept-tf-runner").await.unwrap();
     assert_ne!(
         now.metadata.uid, uid,
@@ -236,9 +236,12 @@ async fn a_kept_pod_is_reused_until_its_certificate_changes() {
 }
 
 async fn start_error(port: &KubeRunnerPort, object: &TerraformObject) -> PortError {
-    let started = tokio::time::timeout(Duration::from_secs(60), port.start(object))
-        .await
-        .expect("start ends in bounded time");
+    let started = tokio::time::timeout(
+        Duration::from_secs(60),
+        port.start(object, RunnerRole::Plan),
+    )
+    .await
+    .expect("start ends in bounded time");
     match started {
         Err(e) => e,
         Ok(_) => panic!("the runner started"),
@@ -317,7 +320,7 @@ async fn a_runner_oom_killed_mid_apply_is_reported_at_once_with_its_reason() {
     let slow = format!(
         "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep 120\"\n  }}\n}}\n"
     );
-    let mut s = port.start(&object).await.unwrap();
+    let mut s = port.start(&object, RunnerRole::Plan).await.unwrap();
     s.setup(&setup(&object, &slow)).await.unwrap();
     s.init().await.unwrap();
     s.plan(&normal()).await.unwrap();
@@ -366,7 +369,7 @@ async fn a_new_session_waits_for_the_command_an_earlier_one_left_running() {
     let slow = format!(
         "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep 4\"\n  }}\n}}\n"
     );
-    let mut first = port.start(&object).await.unwrap();
+    let mut first = port.start(&object, RunnerRole::Plan).await.unwrap();
     first.setup(&setup(&object, &slow)).await.unwrap();
     first.init().await.unwrap();
     first.select_workspace("default").await.unwrap();
@@ -395,7 +398,7 @@ async fn a_new_session_waits_for_the_command_an_earlier_one_left_running() {
             })
     };
     assert!(!state_has_slow().await, "the apply is still running");
-    let mut second = port.start(&object).await.unwrap();
+    let mut second = port.start(&object, RunnerRole::Plan).await.unwrap();
     assert!(
         state_has_slow().await,
         "the new session started only after the earlier apply ended"

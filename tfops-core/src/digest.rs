@@ -20,7 +20,7 @@ pub fn sha256_hex(data: &[u8]) -> String {
 
 /// JSON text with object keys sorted at every level, whatever order the parser kept: equal
 /// values give equal text.
-pub(crate) fn canonical_json(value: &serde_json::Value) -> String {
+pub fn canonical_json(value: &serde_json::Value) -> String {
     let mut out = String::new();
     write_canonical(value, &mut out);
     out

@@ -73,6 +73,13 @@ pub struct RunEntry {
     /// The last lines Terraform wrote (at most [`MAX_TAIL`] bytes).
     #[serde(default)]
     pub output_tail: String,
+    /// Who planned (or checked drift) in this run: the runner's identity.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub planned_by: String,
+    /// Who applied in this run, when it applied: the apply runner's identity with
+    /// `spec.runner.apply`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub applied_by: String,
 }
 
 impl RunEntry {
@@ -162,8 +169,18 @@ pub fn entry(
         reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
         message: ready.map(|c| c.message.clone()).unwrap_or_default(),
         output_tail: String::new(),
+        planned_by: String::new(),
+        applied_by: String::new(),
     };
+    let mut planned = false;
     for r in report.records.iter().filter(|r| is_run(r.step)) {
+        match (&r.result, r.step) {
+            (Ok(Outcome::RunnerStarted { identity, .. }), StepKind::StartRunner) => {
+                entry.planned_by.clone_from(identity);
+            }
+            (Ok(_), StepKind::Plan | StepKind::DetectDrift) => planned = true,
+            _ => {}
+        }
         let name = format!("{:?}", r.step);
         match &r.result {
             Ok(Outcome::Planned {
@@ -186,6 +203,12 @@ pub fn entry(
         } else {
             format!("{name}!")
         });
+    }
+    if !planned {
+        entry.planned_by.clear();
+    }
+    if entry.applied {
+        entry.applied_by = status.last_applied_by.clone().unwrap_or_default();
     }
     entry.plan_id = if entry.applied {
         status.plan.last_applied.clone()
@@ -307,6 +330,8 @@ mod tests {
                     reason: String::new(),
                     message: String::new(),
                     output_tail: String::new(),
+                    planned_by: String::new(),
+                    applied_by: String::new(),
                 },
             );
         }

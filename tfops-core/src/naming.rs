@@ -49,6 +49,23 @@ pub fn runner_pod_name(object_name: &str) -> String {
     shorten(&format!("{object_name}-tf-runner"), MAX_LABEL)
 }
 
+/// `<name>-tf-runner-apply`: the apply runner Pod of an object with `spec.runner.apply`.
+pub fn apply_runner_pod_name(object_name: &str) -> String {
+    shorten(&format!("{object_name}-tf-runner-apply"), MAX_LABEL)
+}
+
+/// The runner Pod of `role`: [`runner_pod_name`], or [`apply_runner_pod_name`] when the
+/// object applies as a separate identity.
+pub fn runner_pod_name_for(object: &TerraformObject, role: crate::api::RunnerRole) -> String {
+    let name = &object.metadata.name;
+    match role {
+        crate::api::RunnerRole::Apply if object.spec.runner.splits_apply() => {
+            apply_runner_pod_name(name)
+        }
+        _ => runner_pod_name(name),
+    }
+}
+
 /// The Kubernetes backend's `secret_suffix`: `spec.backendConfig.secretSuffix`, else the
 /// object's name.
 pub fn state_secret_suffix(object: &TerraformObject) -> String {
@@ -155,6 +172,12 @@ mod tests {
     #[test]
     fn derived_names_follow_the_seed() {
         assert_eq!(runner_pod_name("vpc"), "vpc-tf-runner");
+        assert_eq!(apply_runner_pod_name("vpc"), "vpc-tf-runner-apply");
+        assert!(apply_runner_pod_name(&"a".repeat(80)).len() <= MAX_LABEL);
+        assert_ne!(
+            apply_runner_pod_name(&"a".repeat(80)),
+            runner_pod_name(&"a".repeat(80))
+        );
         assert_eq!(state_secret_name("default", "vpc"), "tfstate-default-vpc");
         assert_eq!(
             state_lease_name("default", "vpc"),

@@ -12,8 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::api::{
-    FileLocation, HealthCheckType, InventoryEntry, ObjectKey, SourceRef, TerraformObject,
-    TerraformStatus, WriteOutputsToSecret,
+    FileLocation, HealthCheckType, InventoryEntry, ObjectKey, RunnerRole, SourceRef,
+    TerraformObject, TerraformStatus, WriteOutputsToSecret,
 };
 use crate::conditions::Reason;
 
@@ -182,8 +182,15 @@ pub trait InputsPort: Send + Sync {
 /// Starts runner sessions: in a cluster a runner Pod dialled over mTLS, locally a child process.
 #[async_trait]
 pub trait RunnerPort: Send + Sync {
-    /// Starts (or reuses) the runner for the object and connects to it.
-    async fn start(&self, object: &TerraformObject) -> Result<Box<dyn RunnerSession>, PortError>;
+    /// Starts (or reuses) the object's runner of `role` and connects to it. With
+    /// `spec.runner.apply`, [`RunnerRole::Apply`] is a separate runner holding the apply
+    /// identity ([`crate::api::RunnerSpec::for_role`]); without it, both roles are the one
+    /// runner of `spec.runner`.
+    async fn start(
+        &self,
+        object: &TerraformObject,
+        role: RunnerRole,
+    ) -> Result<Box<dyn RunnerSession>, PortError>;
 
     /// Connects to the runner named `runner` ([`RunnerSession::runner`] of an earlier session,
     /// perhaps of another process) without starting one, to attach to a run it holds.
@@ -351,6 +358,12 @@ pub trait RunnerSession: Send {
     /// The binary and version that runs (`tofu 1.10.6`); known after [`RunnerSession::init`]
     /// at the latest.
     fn binary(&self) -> String;
+    /// Who this runner acts as towards the cloud and the cluster
+    /// (`system:serviceaccount:<namespace>:<name>` for a runner Pod), for status and history;
+    /// empty when not known.
+    fn identity(&self) -> String {
+        String::new()
+    }
     /// How to reach this runner again (a Pod, an address) for [`RunnerPort::attach`]; empty
     /// when it cannot be reached from another session.
     fn runner(&self) -> String {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use proptest::prelude::*;
 use serde_json::json;
-use tfops_core::api::{ApprovePlan, ObjectKey, TerraformObject, annotations};
+use tfops_core::api::{ApprovePlan, ObjectKey, RunnerRole, TerraformObject, annotations};
 use tfops_core::conditions::{self, ConditionStatus, ConditionType, Reason};
 use tfops_core::ports::PortError;
 use tfops_core::reconcile::{Progress, RunReport, Snapshot, StepKind, decide};
@@ -36,6 +36,8 @@ enum Edit {
     ForceUnlockAuto,
     /// Adds or removes `app`'s dependency on `net` (on `net` itself: no effect, to avoid a cycle).
     Dependency,
+    /// Adds or removes `spec.runner.apply` (a separate apply identity).
+    SplitApply,
 }
 
 #[derive(Debug, Clone)]
@@ -60,6 +62,9 @@ enum Action {
     LoseRunners,
     /// The driver of the next successful apply dies right after it.
     CrashAfterApply,
+    /// Someone else changes the infrastructure (and state) just before the next apply runner
+    /// starts, so that its plan differs from the plan runner's.
+    ChangeAtHandOver,
 }
 
 fn edit() -> impl Strategy<Value = Edit> {
@@ -79,6 +84,7 @@ fn edit() -> impl Strategy<Value = Edit> {
         1 => (-1i64..3).prop_map(Edit::Retries),
         1 => Just(Edit::ForceUnlockAuto),
         1 => Just(Edit::Dependency),
+        2 => Just(Edit::SplitApply),
     ]
 }
 
@@ -131,6 +137,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => Just(Action::TogglePolicy),
         1 => Just(Action::LoseRunners),
         2 => Just(Action::CrashAfterApply),
+        1 => Just(Action::ChangeAtHandOver),
     ]
 }
 
@@ -249,6 +256,15 @@ impl Model {
                         }
                     }
                     Edit::Dependency => {}
+                    Edit::SplitApply => {
+                        s.runner.apply = match s.runner.apply {
+                            Some(_) => None,
+                            None => Some(
+                                serde_json::from_value(json!({"serviceAccountName": "tf-apply"}))
+                                    .unwrap(),
+                            ),
+                        }
+                    }
                     Edit::ForceUnlockAuto => {
                         s.tfstate.force_unlock = match s.tfstate.force_unlock {
                             tfops_core::api::ForceUnlock::Auto => tfops_core::api::ForceUnlock::No,
@@ -327,6 +343,7 @@ impl Model {
             Action::Delete(i) => w.delete(&self.keys[i]),
             Action::LoseRunners => w.lose_runners(),
             Action::CrashAfterApply => w.crash_after_next_apply(),
+            Action::ChangeAtHandOver => w.change_before_next_apply_runner(),
             Action::TogglePolicy => {
                 let mut l = w.lock();
                 if l.policies.is_empty() {
@@ -350,9 +367,14 @@ impl Model {
             return Ok(());
         };
         let (deps, _) = w.relations(&before);
-        let (calls_before, sessions_before, deleted_before) = {
+        let (calls_before, sessions_before, deleted_before, shown_before) = {
             let l = w.lock();
-            (l.calls.len(), l.sessions, l.deleted_states.len())
+            (
+                l.calls.len(),
+                l.sessions,
+                l.deleted_states.len(),
+                l.shown.len(),
+            )
         };
         let now0 = w.lock().now;
         let guarded = !w.lock().policies.is_empty();
@@ -364,6 +386,9 @@ impl Model {
                 .unwrap_or_default()
         };
         let real_before = real();
+        // What the human had approved when this reconcile started (the checks below void
+        // an approval once it was used).
+        let approved_before = self.approved[i].clone();
         let result = rt.block_on(w.reconcile(key));
         let calls: Vec<_> = w.lock().calls[calls_before..].to_vec();
         let new_sessions = w.lock().sessions > sessions_before;
@@ -424,6 +449,68 @@ impl Model {
         // (or none) is pending, it is void.
         if self.approved[i].is_some() && self.pending_view(i).map(|(_, c)| c) != self.approved[i] {
             self.approved[i] = None;
+        }
+
+        // The apply identity (`spec.runner.apply`): every apply runs in the apply runner, and
+        // nothing else of a run that does not apply does. The model: an apply runner may start
+        // only for a plan that may be applied, judged by what the plan runner of this reconcile
+        // showed (the plan the policies and the human saw), before anything of its own ran.
+        let split = before.spec.runner.apply.is_some();
+        let mine: Vec<_> = calls.iter().filter(|c| c.object == *key).collect();
+        for c in &mine {
+            if c.op == FakeOp::Apply {
+                let want = if split {
+                    RunnerRole::Apply
+                } else {
+                    RunnerRole::Plan
+                };
+                prop_assert_eq!(c.role, want, "apply in the wrong runner: {:?}", mine);
+            }
+            if c.role == RunnerRole::Apply {
+                prop_assert!(split, "an apply runner without spec.runner.apply");
+                prop_assert!(
+                    c.op != FakeOp::RefreshPlan,
+                    "a drift check in the apply runner"
+                );
+            }
+        }
+        let roles = w.lock().session_roles.clone();
+        let apply_sessions: Vec<usize> = (sessions_before..roles.len())
+            .filter(|n| roles[*n] == RunnerRole::Apply)
+            .collect();
+        prop_assert!(
+            apply_sessions.len() <= 1,
+            "two apply runners in one reconcile"
+        );
+        if let Some(first) = apply_sessions.first() {
+            let shown: Vec<(usize, String)> = w.lock().shown[shown_before..].to_vec();
+            let seen = shown
+                .iter()
+                .rev()
+                .find(|(n, _)| n < first && roles[*n] == RunnerRole::Plan)
+                .map(|(_, json)| changes_of(json));
+            prop_assert!(seen.is_some(), "an apply runner before any plan was shown");
+            let may = if deleting {
+                before.spec.destroy_resources_on_deletion
+            } else {
+                !before.spec.plan_only && (automatic || approved_before == seen)
+            };
+            prop_assert!(
+                may,
+                "an apply runner started for a plan that may not be applied: {:?}, approved {:?}; calls {:?}",
+                seen,
+                approved_before,
+                mine
+            );
+            if guarded {
+                let seen = seen.unwrap_or_default();
+                prop_assert!(
+                    seen.values()
+                        .all(|(b, a)| a.as_deref() != Some("2") || b.as_deref() == Some("2")),
+                    "an apply runner started for a plan a Deny policy forbids: {:?}",
+                    seen
+                );
+            }
         }
 
         // Nothing runs twice: an apply recorded as under way (its driver stopped) is attached to

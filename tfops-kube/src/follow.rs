@@ -42,6 +42,15 @@ pub fn output_line(log_line: &str) -> Option<OutputLine> {
     })
 }
 
+/// Whether a run of the object is under way (`Reconciling` is `True`).
+fn reconciling(t: &crate::resource::Terraform) -> bool {
+    t.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == "Reconciling" && c.status == tfops_core::conditions::ConditionStatus::True
+        })
+    })
+}
+
 /// Whether the Pod's runner container has started (its log can be read).
 fn started(pod: &Pod) -> bool {
     pod.status
@@ -71,11 +80,21 @@ impl Actions {
     /// Those of [`Actions::get`]; RBAC on Pods.
     pub async fn run_in_progress(&self, key: &ObjectKey) -> Result<bool, ActionError> {
         self.get(key).await?;
+        Ok(self.started_runner(key).await?.is_some())
+    }
+
+    /// The runner Pod of the object that has started: the plan runner's, else the apply
+    /// runner's.
+    async fn started_runner(&self, key: &ObjectKey) -> Result<Option<String>, ActionError> {
         let (pods, name) = self.pods(key);
-        match pods.get_opt(&name).await {
-            Ok(pod) => Ok(pod.as_ref().is_some_and(started)),
-            Err(e) => Err(self.failed(format!("reading the runner Pod {name}"), e)),
+        for name in [name, naming::apply_runner_pod_name(&key.name)] {
+            match pods.get_opt(&name).await {
+                Ok(pod) if pod.as_ref().is_some_and(started) => return Ok(Some(name)),
+                Ok(_) => {}
+                Err(e) => return Err(self.failed(format!("reading the runner Pod {name}"), e)),
+            }
         }
+        Ok(None)
     }
 
     /// Waits until a run of the object is under way (its runner Pod has started).
@@ -90,7 +109,38 @@ impl Actions {
         Ok(())
     }
 
-    /// Streams the output of the run under way to `on_line` until its runner Pod ends.
+    /// After the plan runner's Pod ended: the apply runner's Pod (`spec.runner.apply`) once
+    /// it has started, or `None` when the run ends without one (nothing to apply, or waiting
+    /// for approval) or the object does not apply as a separate identity.
+    ///
+    /// # Errors
+    /// Those of [`Actions::get`]; RBAC on Pods; the watches'.
+    pub async fn wait_for_apply_runner(
+        &self,
+        key: &ObjectKey,
+    ) -> Result<Option<String>, ActionError> {
+        let object = self.get(key).await?;
+        if !object.spec.runner.splits_apply() {
+            return Ok(None);
+        }
+        let (pods, _) = self.pods(key);
+        let name = naming::apply_runner_pod_name(&key.name);
+        let objects: Api<crate::resource::Terraform> =
+            Api::namespaced(self.client().clone(), &key.namespace);
+        let started = await_condition(pods, &name, |p: Option<&Pod>| p.is_some_and(started));
+        let over = await_condition(
+            objects,
+            &key.name,
+            |t: Option<&crate::resource::Terraform>| t.is_none_or(|t| !reconciling(t)),
+        );
+        tokio::select! {
+            r = started => r.map(|_| Some(name)).map_err(|e| ActionError::Watch(e.to_string())),
+            r = over => r.map(|_| None).map_err(|e| ActionError::Watch(e.to_string())),
+        }
+    }
+
+    /// Streams the output of the run under way to `on_line` until its runner Pod ends (the
+    /// plan runner's, then the apply runner's when the run goes on there).
     ///
     /// # Errors
     /// RBAC on `pods/log`; the stream's.
@@ -99,7 +149,24 @@ impl Actions {
         key: &ObjectKey,
         mut on_line: impl FnMut(OutputLine) + Send,
     ) -> Result<(), ActionError> {
-        let (pods, name) = self.pods(key);
+        let (_, plan) = self.pods(key);
+        let first = self.started_runner(key).await?.unwrap_or(plan.clone());
+        self.follow_pod(key, &first, &mut on_line).await?;
+        if first == plan
+            && let Some(apply) = self.wait_for_apply_runner(key).await?
+        {
+            self.follow_pod(key, &apply, &mut on_line).await?;
+        }
+        Ok(())
+    }
+
+    async fn follow_pod(
+        &self,
+        key: &ObjectKey,
+        name: &str,
+        on_line: &mut (impl FnMut(OutputLine) + Send),
+    ) -> Result<(), ActionError> {
+        let (pods, _) = self.pods(key);
         let params = LogParams {
             container: Some(CONTAINER.to_string()),
             follow: true,
@@ -107,7 +174,7 @@ impl Actions {
         };
         let doing = || format!("following the log of the runner Pod {name}");
         let log = pods
-            .log_stream(&name, &params)
+            .log_stream(name, &params)
             .await
             .map_err(|e| self.failed(doing(), e))?;
         let mut lines = log.lines().boxed();

@@ -167,6 +167,8 @@ mod tests {
             reason: String::new(),
             message: String::new(),
             output_tail: "x".repeat(tail),
+            planned_by: String::new(),
+            applied_by: String::new(),
         }
     }
 

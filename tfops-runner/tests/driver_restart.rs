@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::*;
-use tfops_core::api::{ObjectKey, SourceRef, TerraformObject};
+use tfops_core::api::{ObjectKey, RunnerRole, SourceRef, TerraformObject};
 use tfops_core::conditions::{self, ConditionType};
 use tfops_core::ports::{Artifact, PortError, Revision, RunnerPort, RunnerSession, SourcePort};
 use tfops_core::reconcile::Driver;
@@ -69,7 +69,11 @@ impl Remote {
 
 #[async_trait]
 impl RunnerPort for Remote {
-    async fn start(&self, _: &TerraformObject) -> Result<Box<dyn RunnerSession>, PortError> {
+    async fn start(
+        &self,
+        _: &TerraformObject,
+        _: RunnerRole,
+    ) -> Result<Box<dyn RunnerSession>, PortError> {
         let client = RunnerClient::connect(&self.name(), &self.tls)
             .await
             .map_err(|e| PortError::Unavailable(e.to_string()))?;
@@ -89,7 +93,7 @@ impl RunnerPort for Remote {
         if runner != self.name() {
             return Err(PortError::NotFound(format!("no runner {runner}")));
         }
-        self.start(object).await
+        self.start(object, RunnerRole::Plan).await
     }
 }
 

@@ -21,7 +21,8 @@ pub use outputs::{
     template_references,
 };
 pub use runner::{
-    Binary, EnvVar, KubeValue, PodMetadata, PodTemplate, PodTemplateSpec, RunnerSpec,
+    ApplyPodTemplate, ApplyPodTemplateSpec, ApplyRunnerSpec, Binary, EnvVar, KubeValue,
+    PodMetadata, PodTemplate, PodTemplateSpec, RunnerRole, RunnerSpec,
 };
 pub use source::{SourceKind, SourceRef, SourceRevisionRef};
 pub use spec::{ApprovePlan, DependsOn, DriftAction, Remediation, TerraformSpec};

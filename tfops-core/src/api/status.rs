@@ -71,6 +71,14 @@ pub struct TerraformStatus {
     /// The names of the outputs after the last apply (values are never put in status).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub available_outputs: Vec<String>,
+    /// Who made the last plan or drift check: the runner's identity
+    /// (`system:serviceaccount:<namespace>:<name>` in a cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_planned_by: Option<String>,
+    /// Who made the last apply (or destroy): the apply runner's identity with
+    /// `spec.runner.apply`, else the runner's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_by: Option<String>,
     /// The binary and version that ran (`tofu 1.10.6`, `terraform 1.15.5`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binary: Option<String>,
@@ -171,6 +179,9 @@ pub struct ActiveRun {
     /// It destroys everything (`spec.destroy`, or deletion).
     #[serde(default)]
     pub destroy: bool,
+    /// The identity it runs as ([`TerraformStatus::last_applied_by`] once it succeeded).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
 }
 
 /// A state lock that stopped a run.

@@ -104,6 +104,16 @@ pub fn validate(object: &TerraformObject) -> Result<ValidSpec, ValidationErrors>
             "must not be empty (default tf-runner)",
         );
     }
+    if let Some(apply) = &spec.runner.apply {
+        for (i, e) in apply.pod_template.spec.env.iter().enumerate() {
+            if e.name.trim().is_empty() {
+                c.problem(
+                    &format!("spec.runner.apply.podTemplate.spec.env[{i}].name"),
+                    "must not be empty",
+                );
+            }
+        }
+    }
     if spec.parallelism < 0 {
         c.problem(
             "spec.parallelism",

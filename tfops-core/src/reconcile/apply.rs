@@ -1,6 +1,7 @@
 //! Apply: the apply of a plan, recorded in status before it starts so that a restarted driver
 //! attaches to it, and the record of what was applied.
 
+use super::apply_runner::current_identity;
 use super::flow::{End, Flow, Run, Stop};
 use super::model::{Step, StepKind};
 use super::run::{Planned, clear_pending, outputs_and_health};
@@ -22,11 +23,13 @@ pub(super) fn need_apply(run: &mut Run<'_>, what: ActiveRun) -> Flow<()> {
     run.st.last_apply_started_at = Some(started);
     let run_id = format!("apply-{}", started.as_millisecond());
     let attempted = run.s.progress.attempted(StepKind::Apply);
+    let identity = current_identity(run).unwrap_or_default();
     run.st.active_run = (!attempted).then(|| ActiveRun {
         step: "Apply".into(),
         runner: run.runner_ref(),
         run_id: run_id.clone(),
         started_at: started,
+        identity,
         ..what
     });
     match run.need_phase(Step::Apply { run_id }, ConditionType::Apply) {
@@ -91,6 +94,7 @@ pub(super) fn resumed_apply(run: &mut Run<'_>, active: &ActiveRun) -> Flow<()> {
 /// revision, plan, content and inputs, and the `Apply` condition. A destroy ends the run: there
 /// are no outputs left to read.
 fn record_applied(run: &mut Run<'_>, what: &ActiveRun, message: String) -> Flow<()> {
+    applied_by(run, what);
     run.st.last_applied_revision = Some(what.revision.clone());
     if !what.inputs_digest.is_empty() {
         run.st.last_applied_inputs_digest = Some(what.inputs_digest.clone());
@@ -123,6 +127,17 @@ fn record_applied(run: &mut Run<'_>, what: &ActiveRun, message: String) -> Flow<
         return Flow::Stop(Stop::End(End::Success));
     }
     Flow::Go(())
+}
+
+/// Records who applied `what`: the identity recorded with it (an apply attached to), else the
+/// session that applied it in this run.
+pub(super) fn applied_by(run: &mut Run<'_>, what: &ActiveRun) {
+    let identity = Some(what.identity.clone())
+        .filter(|i| !i.is_empty())
+        .or_else(|| current_identity(run));
+    if identity.is_some() {
+        run.st.last_applied_by = identity;
+    }
 }
 
 /// Applies the plan just made and records it (and the inputs it was made from) as the last

@@ -13,8 +13,10 @@
 
 use std::time::Duration;
 
+use super::apply_runner::{Verified, changed_message, current_identity, hand_over, identity_of};
 use super::flow::{End, Flow, Run, Stop, go};
-use super::model::{Decision, Outcome, Snapshot, Step, StepKind};
+use super::model::{Decision, Outcome, Snapshot, Step, StepFailure, StepKind};
+use super::run::Planned;
 use super::timing::{backoff, elapsed};
 use crate::api::{annotations, validate};
 use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
@@ -151,6 +153,8 @@ fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
     };
     run.lock_released();
     run.st.last_plan_at = Some(at);
+    run.st.last_planned_by =
+        identity_of(run, StepKind::StartRunner).or(run.st.last_planned_by.take());
     if matches!(
         outcome,
         Outcome::Planned {
@@ -184,8 +188,41 @@ fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
             );
             return Flow::Stop(Stop::End(End::Failed(failure)));
         }
+        let planned = Planned {
+            summary: *summary,
+            digest,
+            violations,
+            label: format!("destroy plan {plan_id} ({summary})"),
+        };
+        let digest = match hand_over(run, PlanKind::Destroy, &plan_id, planned, "", false) {
+            Flow::Go(Verified::Same { planned, .. }) => planned.digest,
+            Flow::Go(Verified::Nothing) => {
+                run.st.inventory.clear();
+                run.st.available_outputs.clear();
+                return Flow::Go(());
+            }
+            Flow::Go(Verified::Changed { summary, .. }) => {
+                let identity = current_identity(run);
+                let f = StepFailure {
+                    reason: Reason::TFExecDestroyFailed,
+                    message: format!(
+                        "{}; trying again",
+                        changed_message(&plan_id, summary, identity.as_deref())
+                    ),
+                    lock: None,
+                };
+                run.set(
+                    ConditionType::Apply,
+                    ConditionStatus::False,
+                    f.reason,
+                    f.message.clone(),
+                );
+                return Flow::Stop(Stop::End(End::Failed(f)));
+            }
+            Flow::Stop(s) => return Flow::Stop(s),
+        };
         let what = super::apply::destroying(&plan_id, digest, revision);
-        match super::apply::need_apply(run, what) {
+        match super::apply::need_apply(run, what.clone()) {
             Flow::Go(()) => {}
             // Terraform failing to apply a destroy plan is a failed destroy to the user.
             Flow::Stop(Stop::End(End::Failed(mut f))) if f.reason == Reason::TFExecApplyFailed => {
@@ -200,6 +237,7 @@ fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
             }
             Flow::Stop(s) => return Flow::Stop(s),
         }
+        super::apply::applied_by(run, &what);
         run.set(
             ConditionType::Apply,
             ConditionStatus::True,

@@ -14,11 +14,13 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
     let reason = match (error, step) {
         (PortError::StateLocked { .. }, _) => Reason::LockHeld,
         (PortError::AccessDenied(_), _) => Reason::AccessDenied,
-        (PortError::QuotaExhausted(_), StepKind::StartRunner) => Reason::RunnerQuotaExhausted,
+        (PortError::QuotaExhausted(_), StepKind::StartRunner | StepKind::StartApplyRunner) => {
+            Reason::RunnerQuotaExhausted
+        }
         (_, StepKind::ResolveSource) => Reason::SourceFetchFailed,
         (_, StepKind::FetchSource) => Reason::SourceFetchFailed,
-        (_, StepKind::StartRunner) => Reason::RunnerConnectionFailed,
-        (_, StepKind::Setup) => match sub {
+        (_, StepKind::StartRunner | StepKind::StartApplyRunner) => Reason::RunnerConnectionFailed,
+        (_, StepKind::Setup | StepKind::ApplySetup) => match sub {
             SubStep::Inputs => Reason::VarsGenerationFailed,
             SubStep::Upload => Reason::ArtifactFailed,
             SubStep::Init => Reason::TFExecInitFailed,
@@ -27,7 +29,7 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
         },
         (_, StepKind::ForceUnlock) => Reason::ForceUnlockFailed,
         (_, StepKind::DetectDrift) => Reason::DriftDetectionFailed,
-        (_, StepKind::Plan) => match sub {
+        (_, StepKind::Plan | StepKind::VerifyPlan) => match sub {
             SubStep::Show => Reason::TFExecShowFailed,
             SubStep::Store => Reason::PlanStorageFailed,
             SubStep::Policy => Reason::ValidationFailed,

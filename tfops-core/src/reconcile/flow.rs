@@ -415,8 +415,16 @@ impl<'a> Run<'a> {
     /// would let two applies write one state. A human releases such a lock.
     fn auto_unlock(&self, failure: &StepFailure) -> Option<Decision> {
         let (lock_id, holder) = failure.lock.as_ref()?;
-        let own = crate::naming::runner_pod_name(&self.s.object.metadata.name);
-        if holder.split('@').nth(1).is_some_and(|host| host == own) {
+        let name = &self.s.object.metadata.name;
+        let own = [
+            crate::naming::runner_pod_name(name),
+            crate::naming::apply_runner_pod_name(name),
+        ];
+        if holder
+            .split('@')
+            .nth(1)
+            .is_some_and(|host| own.iter().any(|o| o == host))
+        {
             return None;
         }
         let auto = self.s.object.spec.tfstate.force_unlock == ForceUnlock::Auto;

@@ -17,6 +17,7 @@
 //! `deletion` module's documentation for its guarantees.
 
 mod apply;
+mod apply_runner;
 mod approval;
 mod deletion;
 mod driver;

@@ -101,6 +101,21 @@ pub enum Step {
         /// Made to correct drift.
         drift: bool,
     },
+    /// With `spec.runner.apply`, for a plan that may be applied: end the plan runner's
+    /// session and start the apply runner (the only step that starts it).
+    StartApplyRunner,
+    /// [`Step::Setup`] in the apply runner.
+    ApplySetup,
+    /// Plan again in the apply runner (and store that plan when it has changes): it is applied
+    /// only when it does what the plan that was approved (or accepted) does.
+    VerifyPlan {
+        /// Normal or destroy.
+        kind: PlanKind,
+        /// The plan's id.
+        plan_id: String,
+        /// Made to correct drift.
+        drift: bool,
+    },
     /// Apply the plan just made, as this run id of the runner.
     Apply {
         /// The run id ([`crate::api::ActiveRun::run_id`]).
@@ -144,6 +159,9 @@ impl Step {
             Step::ForceUnlock { .. } => StepKind::ForceUnlock,
             Step::DetectDrift => StepKind::DetectDrift,
             Step::Plan { .. } => StepKind::Plan,
+            Step::StartApplyRunner => StepKind::StartApplyRunner,
+            Step::ApplySetup => StepKind::ApplySetup,
+            Step::VerifyPlan { .. } => StepKind::VerifyPlan,
             Step::Apply { .. } => StepKind::Apply,
             Step::Attach { .. } => StepKind::Attach,
             Step::Outputs => StepKind::Outputs,
@@ -169,6 +187,9 @@ pub enum StepKind {
     ForceUnlock,
     DetectDrift,
     Plan,
+    StartApplyRunner,
+    ApplySetup,
+    VerifyPlan,
     Apply,
     Attach,
     Outputs,
@@ -209,6 +230,8 @@ pub enum Outcome {
         binary: String,
         /// How to reach this runner again ([`crate::ports::RunnerSession::runner`]).
         runner: String,
+        /// Who it acts as ([`crate::ports::RunnerSession::identity`]).
+        identity: String,
     },
     /// Setup, init and workspace selection succeeded.
     SetUp {

@@ -2,6 +2,7 @@
 //! outputs, health checks, cleanup (seed 000, "A reconciliation, step by step").
 
 use super::apply::{apply, resumed_apply};
+use super::apply_runner::{Verified, changed_message, current_identity, hand_over, identity_of};
 use super::approval::{approve, record_pending};
 use super::flow::{End, Flow, Run, Stop, go};
 use super::model::{Decision, Outcome, Snapshot, Step, StepFailure, StepKind};
@@ -177,6 +178,8 @@ fn detect_drift(
         return Flow::Go(false);
     };
     run.lock_released();
+    run.st.last_planned_by =
+        identity_of(run, StepKind::StartRunner).or(run.st.last_planned_by.take());
     if drifted.is_empty() {
         run.set(
             ConditionType::Ready,
@@ -215,11 +218,11 @@ fn detect_drift(
 
 /// Plan, then (when the plan changes something) policies, approval and apply; then outputs
 /// and health checks. Seed 000: "Plan", "Apply", "Outputs, inventory, health checks".
-fn plan_and_apply(
-    run: &mut Run<'_>,
+fn plan_and_apply<'a>(
+    run: &mut Run<'a>,
     valid: &ValidSpec,
     revision: &Revision,
-    inputs: &str,
+    inputs: &'a str,
     drift: bool,
 ) -> Flow<()> {
     let plan_id = naming::plan_id(&revision.reference, revision.sha());
@@ -227,7 +230,7 @@ fn plan_and_apply(
         Flow::Go(p) => p,
         Flow::Stop(s) => return Flow::Stop(s),
     };
-    let applied = match &planned {
+    let applied = match planned {
         None => {
             if let Flow::Stop(s) = no_changes(run, revision) {
                 return Flow::Stop(s);
@@ -239,13 +242,34 @@ fn plan_and_apply(
             if let Flow::Stop(s) = deny_by_policy(run, &plan_id, p.violations) {
                 return Flow::Stop(s);
             }
-            if let Flow::Stop(s) = approve(run, valid, &plan_id, p) {
+            if let Flow::Stop(s) = approve(run, valid, &plan_id, &p) {
                 return Flow::Stop(s);
             }
-            if let Flow::Stop(s) = apply(run, revision, inputs, &plan_id, p) {
-                return Flow::Stop(s);
+            let kind = plan_kind(run);
+            match hand_over(run, kind, &plan_id, p, inputs, drift) {
+                Flow::Go(Verified::Same { planned, inputs }) => {
+                    if let Flow::Stop(s) = apply(run, revision, inputs, &plan_id, &planned) {
+                        return Flow::Stop(s);
+                    }
+                    Some(planned.summary)
+                }
+                Flow::Go(Verified::Nothing) => {
+                    if let Flow::Stop(s) = no_changes(run, revision) {
+                        return Flow::Stop(s);
+                    }
+                    None
+                }
+                Flow::Go(Verified::Changed {
+                    summary,
+                    digest,
+                    violations,
+                }) => {
+                    return pending_again(
+                        run, revision, &plan_id, summary, digest, violations, drift,
+                    );
+                }
+                Flow::Stop(s) => return Flow::Stop(s),
             }
-            Some(p.summary)
         }
     };
     if let Flow::Stop(s) = outputs_and_health(run) {
@@ -265,6 +289,55 @@ fn plan_and_apply(
     Flow::Go(())
 }
 
+fn plan_kind(run: &Run<'_>) -> PlanKind {
+    if run.s.object.spec.destroy {
+        PlanKind::Destroy
+    } else {
+        PlanKind::Normal
+    }
+}
+
+/// The apply runner's plan does something else than the plan that may be applied: it is the
+/// pending plan now (stored by the apply runner's `VerifyPlan`), and approvals given so far
+/// do not count for it ([`record_pending`]); nothing was applied.
+fn pending_again(
+    run: &mut Run<'_>,
+    revision: &Revision,
+    plan_id: &str,
+    summary: crate::ports::PlanSummary,
+    digest: &str,
+    violations: &[crate::api::PolicyViolation],
+    drift: bool,
+) -> Flow<()> {
+    record_pending(run, plan_id, digest, drift);
+    run.st.policy_violations = violations.to_vec();
+    let identity = current_identity(run);
+    let message = changed_message(plan_id, summary, identity.as_deref());
+    run.set(
+        ConditionType::Plan,
+        ConditionStatus::True,
+        Reason::TerraformPlannedWithChanges,
+        format!("plan {plan_id} ({summary}) at {revision}"),
+    );
+    let next = if approval_is_automatic(run) {
+        "the next run plans and applies it"
+    } else {
+        "it awaits approval again"
+    };
+    run.set(
+        ConditionType::Ready,
+        ConditionStatus::Unknown,
+        Reason::TerraformPlannedWithChanges,
+        format!("{message}; {next}"),
+    );
+    Flow::Stop(Stop::End(End::Success))
+}
+
+fn approval_is_automatic(run: &Run<'_>) -> bool {
+    let spec = &run.s.object.spec;
+    spec.force || ApprovePlan::parse(&spec.approve_plan) == ApprovePlan::Auto
+}
+
 /// A plan with changes, as the run sees it after the `Plan` step.
 pub(super) struct Planned<'a> {
     pub(super) summary: crate::ports::PlanSummary,
@@ -282,13 +355,8 @@ fn plan<'a>(
     plan_id: &str,
     drift: bool,
 ) -> Flow<Option<Planned<'a>>> {
-    let destroy = run.s.object.spec.destroy;
     let step = Step::Plan {
-        kind: if destroy {
-            PlanKind::Destroy
-        } else {
-            PlanKind::Normal
-        },
+        kind: plan_kind(run),
         plan_id: plan_id.to_string(),
         drift,
     };
@@ -306,6 +374,8 @@ fn plan<'a>(
         return Flow::Go(None);
     };
     run.lock_released();
+    run.st.last_planned_by =
+        identity_of(run, StepKind::StartRunner).or(run.st.last_planned_by.take());
     run.st.last_planned_revision = Some(revision.to_string());
     run.st.last_plan_at = Some(at);
     run.st.stored_plan_workspace = has_changes.then(|| run.s.object.spec.workspace.clone());

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::driver::{Driver, RunState};
 use super::failure::{SubStep, failure};
 use super::model::{Outcome, Step, StepFailure, StepKind};
-use crate::api::{TerraformObject, render_template, template_references, validate};
+use crate::api::{RunnerRole, TerraformObject, render_template, template_references, validate};
 use crate::naming;
 use crate::ports::{
     Event, EventType, OutputsRequest, PlanKind, PlanRequest, PlanToStore, PortError,
@@ -74,9 +74,10 @@ impl Driver {
                 .map_err(fail(kind, SubStep::Whole)),
             Step::ResolveSource => self.resolve_source(object, state).await,
             Step::FetchSource => self.fetch_source(object, state).await,
-            Step::StartRunner => self.start_runner(object, state).await,
+            Step::StartRunner => self.start_runner(object, RunnerRole::Plan, state).await,
+            Step::StartApplyRunner => self.start_runner(object, RunnerRole::Apply, state).await,
             Step::Attach { runner, run_id } => self.attach(object, &runner, &run_id, state).await,
-            Step::Setup => self.setup(object, state).await,
+            Step::Setup | Step::ApplySetup => self.setup(object, kind, state).await,
             Step::ForceUnlock { lock_id } => session(state, kind, SubStep::Unlock)?
                 .force_unlock(&lock_id)
                 .await
@@ -87,7 +88,15 @@ impl Driver {
                 kind: plan_kind,
                 plan_id,
                 drift,
-            } => self.plan(object, plan_kind, plan_id, drift, state).await,
+            }
+            | Step::VerifyPlan {
+                kind: plan_kind,
+                plan_id,
+                drift,
+            } => {
+                self.plan(object, kind, plan_kind, plan_id, drift, state)
+                    .await
+            }
             Step::Apply { run_id } => session(state, kind, SubStep::Apply)?
                 .apply(&run_id)
                 .await
@@ -164,23 +173,52 @@ impl Driver {
         Ok(Outcome::Fetched { sha256 })
     }
 
-    /// Runner: start (or reuse) it and connect.
-    async fn start_runner(&self, object: &TerraformObject, state: &mut RunState) -> StepResult {
-        if let Some(mut attached) = state.session.take() {
-            // A session attached to an earlier run is done with; this run starts afresh.
-            state.keep_tail(attached.as_ref());
-            let _ = attached.cleanup().await;
+    /// Runner: start (or reuse) the runner of `role` and connect. A session still open (one
+    /// attached to an earlier run, or the plan runner's when the apply runner starts) ends
+    /// first: one runner per object at a time, and the plan runner's identity is not left
+    /// running while the apply runner's works.
+    async fn start_runner(
+        &self,
+        object: &TerraformObject,
+        role: RunnerRole,
+        state: &mut RunState,
+    ) -> StepResult {
+        let kind = match role {
+            RunnerRole::Plan => StepKind::StartRunner,
+            RunnerRole::Apply => StepKind::StartApplyRunner,
+        };
+        if let Some(mut earlier) = state.session.take() {
+            state.keep_tail(earlier.as_ref());
+            if let Err(e) = earlier.cleanup().await {
+                let f = failure(kind, SubStep::Cleanup, &e);
+                self.ports
+                    .events
+                    .emit(
+                        &object.key(),
+                        Event {
+                            event_type: EventType::Warning,
+                            reason: f.reason,
+                            message: f.message,
+                        },
+                    )
+                    .await;
+            }
         }
         let session = self
             .ports
             .runner
-            .start(object)
+            .start(object, role)
             .await
-            .map_err(fail(StepKind::StartRunner, SubStep::Start))?;
+            .map_err(fail(kind, SubStep::Start))?;
         let binary = session.binary();
         let runner = session.runner();
+        let identity = session.identity();
         state.session = Some(session);
-        Ok(Outcome::RunnerStarted { binary, runner })
+        Ok(Outcome::RunnerStarted {
+            binary,
+            runner,
+            identity,
+        })
     }
 
     /// Restart: attach to the run an earlier driver recorded and take its result.
@@ -205,8 +243,12 @@ impl Driver {
     }
 
     /// Setup: inputs, upload, files, `init`, workspace.
-    async fn setup(&self, object: &TerraformObject, state: &mut RunState) -> StepResult {
-        let kind = StepKind::Setup;
+    async fn setup(
+        &self,
+        object: &TerraformObject,
+        kind: StepKind,
+        state: &mut RunState,
+    ) -> StepResult {
         let inputs = self
             .ports
             .inputs
@@ -262,12 +304,12 @@ impl Driver {
     async fn plan(
         &self,
         object: &TerraformObject,
+        kind: StepKind,
         plan_kind: PlanKind,
         plan_id: String,
         drift: bool,
         state: &mut RunState,
     ) -> StepResult {
-        let kind = StepKind::Plan;
         let spec = &object.spec;
         let key = object.key();
         let request = PlanRequest {

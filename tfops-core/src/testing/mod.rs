@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::api::{ObjectKey, TerraformObject, TerraformSpec};
+use crate::api::{ObjectKey, RunnerRole, TerraformObject, TerraformSpec};
 use crate::ports::{Event, PortError, Ports, StoredPlan};
 use crate::reconcile::{DependencyState, DependencyView, Driver, DriverError, RunReport};
 
@@ -77,6 +77,8 @@ pub struct Call {
     pub op: FakeOp,
     /// Which session (runner start) it belongs to, counting from 0.
     pub session: usize,
+    /// The runner that session was started as.
+    pub role: RunnerRole,
 }
 
 /// Simulated infrastructure of one object.
@@ -115,6 +117,12 @@ pub struct WorldState {
     pub calls: Vec<Call>,
     /// How many runner sessions were started.
     pub sessions: usize,
+    /// The role each session was started as, by session number.
+    pub session_roles: Vec<RunnerRole>,
+    /// Every plan shown (`show -json`), with the session that made it.
+    pub shown: Vec<(usize, String)>,
+    /// Armed by [`FakeWorld::change_before_next_apply_runner`].
+    pub change_at_hand_over: bool,
     /// The result of every apply by run id, as a runner keeps it for re-attaching.
     pub runs: BTreeMap<String, Result<(), PortError>>,
     /// Runners that are gone ([`FakeWorld::lose_runners`]): attaching to them finds nothing.
@@ -318,6 +326,13 @@ impl FakeWorld {
     /// write anything more), leaving the status as it was written before the apply.
     pub fn crash_after_next_apply(&self) {
         self.lock().crash = Crash::Armed;
+    }
+
+    /// When the next apply runner starts, someone else changes the object's infrastructure
+    /// and state first (as a concurrent apply would): that runner's plan differs from the one
+    /// the plan runner made.
+    pub fn change_before_next_apply_runner(&self) {
+        self.lock().change_at_hand_over = true;
     }
 
     /// Every runner started so far disappears (its Pod deleted, the machine restarted): runs

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use super::{Crash, FakeOp, FakeSession, FakeWorld, add};
 use crate::api::{
-    FINALIZER, ObjectKey, SourceRef, TerraformObject, TerraformStatus, VarsFromKind,
+    FINALIZER, ObjectKey, RunnerRole, SourceRef, TerraformObject, TerraformStatus, VarsFromKind,
     WriteOutputsToSecret,
 };
 use crate::ports::{
@@ -81,17 +81,29 @@ impl InputsPort for FakeWorld {
 
 #[async_trait]
 impl RunnerPort for FakeWorld {
-    async fn start(&self, object: &TerraformObject) -> Result<Box<dyn RunnerSession>, PortError> {
+    async fn start(
+        &self,
+        object: &TerraformObject,
+        role: RunnerRole,
+    ) -> Result<Box<dyn RunnerSession>, PortError> {
         self.check(FakeOp::Start)?;
         let session = {
             let mut w = self.lock();
             w.sessions += 1;
+            w.session_roles.push(role);
+            if role == RunnerRole::Apply && std::mem::take(&mut w.change_at_hand_over) {
+                let infra = w.infra.entry(object.key()).or_default();
+                for side in [&mut infra.state, &mut infra.real] {
+                    side.insert("terraform_data.meanwhile".into(), "elsewhere".into());
+                }
+            }
             w.sessions - 1
         };
         Ok(Box::new(FakeSession::new(
             self.clone(),
             object.key(),
             session,
+            role,
         )))
     }
 
@@ -107,7 +119,20 @@ impl RunnerPort for FakeWorld {
                 .find(|n| super::runner_ref(*n) == runner && !w.gone_runners.contains(runner))
         };
         match known {
-            Some(n) => Ok(Box::new(FakeSession::new(self.clone(), object.key(), n))),
+            Some(n) => {
+                let role = self
+                    .lock()
+                    .session_roles
+                    .get(n)
+                    .copied()
+                    .unwrap_or(RunnerRole::Plan);
+                Ok(Box::new(FakeSession::new(
+                    self.clone(),
+                    object.key(),
+                    n,
+                    role,
+                )))
+            }
             None => Err(PortError::NotFound(format!("runner {runner} is gone"))),
         }
     }

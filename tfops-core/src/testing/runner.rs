@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use super::{Call, FakeOp, FakeWorld};
-use crate::api::{InventoryEntry, ObjectKey};
+use crate::api::{InventoryEntry, ObjectKey, RunnerRole};
 use crate::ports::{
     OutputValue, OutputsRequest, OutputsSink, PlanKind, PlanRequest, PlanResult, PlanStore,
     PlanSummary, PlanToStore, PortError, RunnerSession, SetupRequest, ShownPlan, StateAdmin,
@@ -20,6 +20,7 @@ pub struct FakeSession {
     world: FakeWorld,
     object: ObjectKey,
     session: usize,
+    role: RunnerRole,
     desired: Option<BTreeMap<String, String>>,
     planned: Option<BTreeMap<String, String>>,
     /// The last plan's file and rendered forms, for [`RunnerSession::save_plan`].
@@ -27,11 +28,17 @@ pub struct FakeSession {
 }
 
 impl FakeSession {
-    pub(super) fn new(world: FakeWorld, object: ObjectKey, session: usize) -> Self {
+    pub(super) fn new(
+        world: FakeWorld,
+        object: ObjectKey,
+        session: usize,
+        role: RunnerRole,
+    ) -> Self {
         Self {
             world,
             object,
             session,
+            role,
             desired: None,
             planned: None,
             last_plan: None,
@@ -49,6 +56,7 @@ impl FakeSession {
             object: self.object.clone(),
             op,
             session: self.session,
+            role: self.role,
         });
     }
 
@@ -100,6 +108,10 @@ impl RunnerSession for FakeSession {
 
     fn runner(&self) -> String {
         super::runner_ref(self.session)
+    }
+
+    fn identity(&self) -> String {
+        format!("fake:{}", self.role.as_str())
     }
 
     async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {
@@ -217,6 +229,10 @@ impl RunnerSession for FakeSession {
         if let Some((_, last)) = &mut self.last_plan {
             *last = shown.clone();
         }
+        self.world
+            .lock()
+            .shown
+            .push((self.session, shown.json.clone()));
         Ok(shown)
     }
 

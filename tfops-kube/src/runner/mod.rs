@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::await_condition;
-use tfops_core::api::TerraformObject;
+use tfops_core::api::{RunnerRole, TerraformObject};
 use tfops_core::naming;
 use tfops_core::ports::{PortError, RunnerPort, RunnerSession};
 use tfops_runner::client::{ClientConfig, RunnerClient, Session};
@@ -224,18 +224,35 @@ impl KubeRunnerPort {
             &name,
             pod.metadata.uid.as_deref().unwrap_or_default(),
         );
-        Ok(Box::new(PodSession::new(session, watch, delete_after)))
+        Ok(Box::new(PodSession::new(
+            session,
+            watch,
+            delete_after,
+            pod_state::identity(pod),
+        )))
     }
 }
 
 #[async_trait]
 impl RunnerPort for KubeRunnerPort {
-    async fn start(&self, object: &TerraformObject) -> Result<Box<dyn RunnerSession>, PortError> {
+    async fn start(
+        &self,
+        object: &TerraformObject,
+        role: RunnerRole,
+    ) -> Result<Box<dyn RunnerSession>, PortError> {
         let namespace = &object.metadata.namespace;
-        let name = naming::runner_pod_name(&object.metadata.name);
+        let name = naming::runner_pod_name_for(object, role);
         let version = self.pki.ensure_runner_secret(namespace).await?;
         let pods = self.pods(namespace);
-        let keep = !object.spec.runner.always_cleanup;
+        let mut pod = runner_pod(object, role, &self.settings.pod, &version)
+            .map_err(|e| PortError::Invalid(format!("spec.runner.podTemplate: {e}")))?;
+        let wanted = spec_digest(&pod);
+        pod.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(ANNOTATION_SPEC_DIGEST.into(), wanted.clone());
+        // The apply runner's credentials never outlive its run: it is never kept.
+        let keep = !object.spec.runner.always_cleanup && !is_apply_runner(object, role);
         let doing = format!("creating runner Pod {namespace}/{name}");
         if let Some(existing) = pods
             .get_opt(&name)
@@ -247,24 +264,29 @@ impl RunnerPort for KubeRunnerPort {
                 // lost the object to another shard mid-plan): wait for it, never race it.
                 self.wait_idle(namespace, &existing).await?;
             }
-            let current = existing
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ANNOTATION_TLS_VERSION))
-                == Some(&version);
+            let annotation = |key: &str| {
+                existing
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(key))
+                    .cloned()
+            };
+            // A kept Pod made from another spec (another ServiceAccount, other credentials)
+            // is never reused: it would run as an identity the object no longer names.
+            let current = annotation(ANNOTATION_TLS_VERSION) == Some(version.clone())
+                && annotation(ANNOTATION_SPEC_DIGEST) == Some(wanted.clone());
             if keep && current && is_ready(&existing) && death(&existing).is_none() {
                 return self.connect(object, &existing, false, false).await;
             }
-            // Left over, exited, or holding a rotated certificate: replaced.
+            // Left over, exited, made from another spec, or holding a rotated certificate:
+            // replaced.
             let uid = existing.metadata.uid.clone().unwrap_or_default();
             PodWatch::new(pods.clone(), namespace, &name, &uid)
                 .delete()
                 .await?;
             self.wait_gone(&pods, &name).await?;
         }
-        let pod = runner_pod(object, &self.settings.pod, &version)
-            .map_err(|e| PortError::Invalid(format!("spec.runner.podTemplate: {e}")))?;
         pods.create(&PostParams::default(), &pod)
             .await
             .map_err(|e| creation_error(&doing, e))?;
@@ -317,7 +339,21 @@ impl RunnerPort for KubeRunnerPort {
                 summary(&pod)
             )));
         }
-        self.connect(object, &pod, object.spec.runner.always_cleanup, true)
-            .await
+        let delete_after =
+            object.spec.runner.always_cleanup || pod_state::role(&pod) == Some(RunnerRole::Apply);
+        self.connect(object, &pod, delete_after, true).await
     }
+}
+
+/// The annotation with the digest of the Pod spec a runner Pod was made from.
+pub const ANNOTATION_SPEC_DIGEST: &str = "infra.argocd.io/spec-digest";
+
+/// SHA-256 of the Pod's spec as tfops made it.
+fn spec_digest(pod: &Pod) -> String {
+    let spec = serde_json::to_value(&pod.spec).unwrap_or_default();
+    tfops_core::digest::sha256_hex(tfops_core::digest::canonical_json(&spec).as_bytes())
+}
+
+fn is_apply_runner(object: &TerraformObject, role: RunnerRole) -> bool {
+    role == RunnerRole::Apply && object.spec.runner.splits_apply()
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
-use tfops_core::api::{Binary, TerraformObject};
+use tfops_core::api::{Binary, RunnerRole, TerraformObject};
 use tfops_core::naming;
 
 use crate::meta::{LABEL_OBJECT, MANAGED_BY, owner_reference};
@@ -91,16 +91,27 @@ fn values(list: &[tfops_core::api::KubeValue]) -> Vec<Value> {
     list.iter().map(|v| v.0.clone()).collect()
 }
 
-/// The runner Pod of `object`, started with the TLS Secret of version `tls_version`.
+/// The label saying which runner a Pod is (`plan` or `apply`, see [`RunnerRole`]).
+pub const LABEL_ROLE: &str = "infra.argocd.io/runner-role";
+
+/// The runner Pod of `object` for `role` (the apply runner's is `spec.runner` with
+/// `spec.runner.apply` merged over it, under its own name), started with the TLS Secret of
+/// version `tls_version`.
 ///
 /// # Errors
 /// When the merged Pod is not a valid Pod (a `podTemplate` value of the wrong shape).
 pub fn runner_pod(
     object: &TerraformObject,
+    role: RunnerRole,
     settings: &PodSettings,
     tls_version: &str,
 ) -> Result<Pod, serde_json::Error> {
-    let runner = &object.spec.runner;
+    let runner = &object.spec.runner.for_role(role);
+    let role = if object.spec.runner.splits_apply() {
+        role
+    } else {
+        RunnerRole::Plan
+    };
     let template = &runner.pod_template;
     let t = &template.spec;
     let meta = &object.metadata;
@@ -118,6 +129,7 @@ pub fn runner_pod(
         ("app.kubernetes.io/instance".to_string(), instance(object)),
         (LABEL_TERRAFORM.to_string(), meta.namespace.clone()),
         (MANAGED_BY.to_string(), "tfops".to_string()),
+        (LABEL_ROLE.to_string(), role.as_str().to_string()),
         (
             LABEL_OBJECT.to_string(),
             naming::shorten(&meta.name, naming::MAX_LABEL),
@@ -235,7 +247,7 @@ pub fn runner_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": naming::runner_pod_name(&meta.name),
+            "name": naming::runner_pod_name_for(object, role),
             "namespace": meta.namespace,
             "labels": labels,
             "annotations": annotations,
@@ -268,7 +280,58 @@ mod tests {
     }
 
     fn pod_json(runner: Value) -> Value {
-        serde_json::to_value(runner_pod(&object(runner), &settings(), "v7").unwrap()).unwrap()
+        serde_json::to_value(
+            runner_pod(&object(runner), RunnerRole::Plan, &settings(), "v7").unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_apply_runner_is_its_own_pod_with_the_apply_identity() {
+        let runner = json!({
+            "serviceAccountName": "tf-plan",
+            "podTemplate": {"spec": {"env": [{"name": "AWS_ROLE_ARN", "value": "reader"}]}},
+            "apply": {
+                "serviceAccountName": "tf-apply",
+                "podTemplate": {"spec": {"env": [{"name": "AWS_ROLE_ARN", "value": "writer"}]}}
+            }
+        });
+        let pod = |role| {
+            serde_json::to_value(
+                runner_pod(&object(runner.clone()), role, &settings(), "v7").unwrap(),
+            )
+            .unwrap()
+        };
+        let (plan, apply) = (pod(RunnerRole::Plan), pod(RunnerRole::Apply));
+        assert_eq!(plan["metadata"]["name"], "vpc-tf-runner");
+        assert_eq!(apply["metadata"]["name"], "vpc-tf-runner-apply");
+        assert_eq!(plan["metadata"]["labels"][LABEL_ROLE], "plan");
+        assert_eq!(apply["metadata"]["labels"][LABEL_ROLE], "apply");
+        assert_eq!(plan["spec"]["serviceAccountName"], "tf-plan");
+        assert_eq!(apply["spec"]["serviceAccountName"], "tf-apply");
+        let role_arn = |p: &Value| {
+            p["spec"]["containers"][0]["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["name"] == "AWS_ROLE_ARN")
+                .map(|e| e["value"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(role_arn(&plan), ["reader"]);
+        assert_eq!(role_arn(&apply), ["writer"]);
+        // Hardened the same way.
+        assert_eq!(
+            plan["spec"]["containers"][0]["securityContext"],
+            apply["spec"]["containers"][0]["securityContext"]
+        );
+        // Without spec.runner.apply, the one runner does both.
+        let one = serde_json::to_value(
+            runner_pod(&object(json!({})), RunnerRole::Apply, &settings(), "v7").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(one["metadata"]["name"], "vpc-tf-runner");
+        assert_eq!(one["metadata"]["labels"][LABEL_ROLE], "plan");
     }
 
     #[test]

@@ -122,6 +122,35 @@ fn tail(text: &str, max: usize) -> String {
     format!("...{}", &text[start..])
 }
 
+/// Who the Pod acts as towards the API server: its ServiceAccount's user name
+/// (`system:serviceaccount:<namespace>:<name>`, as RBAC sees it).
+pub fn identity(pod: &Pod) -> String {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let account = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.as_deref())
+        .filter(|a| !a.is_empty())
+        .unwrap_or("default");
+    format!("system:serviceaccount:{namespace}:{account}")
+}
+
+/// Which runner the Pod is, by its [`super::pod::LABEL_ROLE`] label.
+pub fn role(pod: &Pod) -> Option<tfops_core::api::RunnerRole> {
+    use tfops_core::api::RunnerRole;
+    match pod
+        .metadata
+        .labels
+        .as_ref()?
+        .get(super::pod::LABEL_ROLE)?
+        .as_str()
+    {
+        "plan" => Some(RunnerRole::Plan),
+        "apply" => Some(RunnerRole::Apply),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

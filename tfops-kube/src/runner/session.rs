@@ -167,16 +167,19 @@ pub struct PodSession {
     pod: PodWatch,
     death: Death,
     delete_after: bool,
+    identity: String,
 }
 
 impl PodSession {
-    /// `inner` on the Pod `pod` watches; `delete_after`: delete the Pod at cleanup.
-    pub fn new(inner: Session, pod: PodWatch, delete_after: bool) -> Self {
+    /// `inner` on the Pod `pod` watches; `delete_after`: delete the Pod at cleanup;
+    /// `identity`: who the Pod acts as (its ServiceAccount's user name).
+    pub fn new(inner: Session, pod: PodWatch, delete_after: bool, identity: String) -> Self {
         Self {
             inner,
             death: pod.watch_death(),
             pod,
             delete_after,
+            identity,
         }
     }
 }
@@ -189,6 +192,10 @@ impl RunnerSession for PodSession {
 
     fn runner(&self) -> String {
         self.inner.runner()
+    }
+
+    fn identity(&self) -> String {
+        self.identity.clone()
     }
 
     fn output_tail(&self) -> String {

@@ -12,6 +12,7 @@ pub mod manifest;
 pub mod output;
 pub mod ports;
 pub mod runner;
+pub mod runners;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -30,7 +31,8 @@ use tfops_core::reconcile::{DependencyState, DependencyView, Driver, DriverError
 use manifest::{Manifest, ManifestError, Manifests};
 use output::Printer;
 use ports::LocalWorld;
-use runner::{LocalRunner, RunnerStartError};
+use runner::RunnerStartError;
+use runners::LocalRunners;
 use store::{Persisted, StateDir, StoreError};
 
 /// Why a local command failed (objects that are not Ready are not errors: they are reported).
@@ -159,7 +161,7 @@ pub struct Local {
     printer: Printer,
     manifests: Manifests,
     world: Arc<LocalWorld>,
-    runner: tokio::sync::Mutex<Option<Arc<LocalRunner>>>,
+    runner: tokio::sync::Mutex<Option<Arc<LocalRunners>>>,
 }
 
 fn now_token() -> String {
@@ -462,14 +464,18 @@ impl Local {
         Ok((reports, next))
     }
 
-    /// The runner, started on first use and kept for the rest of the command.
-    async fn runner(&self) -> Result<Arc<LocalRunner>, LocalError> {
+    /// The runners (processes start on first use and are kept for the rest of the command).
+    async fn runner(&self) -> Result<Arc<LocalRunners>, LocalError> {
         let mut slot = self.runner.lock().await;
         if let Some(r) = slot.as_ref() {
             return Ok(r.clone());
         }
         let work = self.world.dir.root().join("work");
-        let r = Arc::new(LocalRunner::start(&work, &self.opts.binary, self.printer.clone()).await?);
+        let r = Arc::new(LocalRunners::new(
+            work,
+            &self.opts.binary,
+            self.printer.clone(),
+        )?);
         *slot = Some(r.clone());
         Ok(r)
     }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use tfops_core::api::{InventoryEntry, TerraformObject};
 use tfops_core::ports::{
-    OutputValue, PlanKind, PlanRequest, PlanResult, PortError, RunnerPort, RunnerSession,
-    SetupRequest, ShownPlan,
+    OutputValue, PlanKind, PlanRequest, PlanResult, PortError, RunnerSession, SetupRequest,
+    ShownPlan,
 };
 use tfops_runner::client::{ClientTls, RunnerClient, Session};
 use tfops_runner::tls::{Pki, runner_server_name};
@@ -38,6 +38,33 @@ pub enum RunnerStartError {
     Process(String),
 }
 
+/// Fails when no `binary` (`auto`, `terraform`, `tofu`) can be run.
+///
+/// # Errors
+/// [`RunnerStartError::NoBinary`], [`RunnerStartError::BadTerraformPath`].
+pub fn check_binary(binary: &str) -> Result<(), RunnerStartError> {
+    if binary != "tofu"
+        && let Some(path) = std::env::var_os("TFOPS_TERRAFORM")
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let executable = std::fs::metadata(&path)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+        if !executable {
+            return Err(RunnerStartError::BadTerraformPath(
+                std::path::Path::new(&path).display().to_string(),
+            ));
+        }
+    }
+    if tfops_runner::server::find_binary(binary).is_none() {
+        return Err(RunnerStartError::NoBinary(if binary == "auto" {
+            "terraform or tofu".into()
+        } else {
+            binary.into()
+        }));
+    }
+    Ok(())
+}
+
 /// The runner child process and how to reach it.
 pub struct LocalRunner {
     child: tokio::sync::Mutex<tokio::process::Child>,
@@ -48,6 +75,7 @@ pub struct LocalRunner {
     /// into the user's own home directory.
     _home: tempfile::TempDir,
     printer: Printer,
+    identity: String,
 }
 
 impl LocalRunner {
@@ -59,26 +87,20 @@ impl LocalRunner {
         workdir_root: &Path,
         binary: &str,
         printer: Printer,
+        env: &[(String, String)],
+        identity: String,
     ) -> Result<Self, RunnerStartError> {
-        if binary != "tofu"
-            && let Some(path) = std::env::var_os("TFOPS_TERRAFORM")
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let executable = std::fs::metadata(&path)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-            if !executable {
-                return Err(RunnerStartError::BadTerraformPath(
-                    std::path::Path::new(&path).display().to_string(),
-                ));
-            }
-        }
-        if tfops_runner::server::find_binary(binary).is_none() {
-            return Err(RunnerStartError::NoBinary(if binary == "auto" {
-                "terraform or tofu".into()
-            } else {
-                binary.into()
-            }));
-        }
+        check_binary(binary)?;
+        Self::spawn(workdir_root, binary, printer, env, identity).await
+    }
+
+    async fn spawn(
+        workdir_root: &Path,
+        binary: &str,
+        printer: Printer,
+        env: &[(String, String)],
+        identity: String,
+    ) -> Result<Self, RunnerStartError> {
         let now = SystemTime::now();
         let day = Duration::from_secs(86_400);
         let pki = Pki::new(now, day, day, Duration::from_secs(3600))
@@ -123,6 +145,7 @@ impl LocalRunner {
             .env("HOME", home.path())
             .env("POD_NAME", "local")
             .env("POD_NAMESPACE", "local")
+            .envs(env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -165,6 +188,7 @@ impl LocalRunner {
             _tls_dir: tls_dir,
             _home: home,
             printer,
+            identity,
         })
     }
 
@@ -181,9 +205,20 @@ impl LocalRunner {
     }
 }
 
-#[async_trait]
-impl RunnerPort for LocalRunner {
-    async fn start(&self, object: &TerraformObject) -> Result<Box<dyn RunnerSession>, PortError> {
+impl LocalRunner {
+    /// Where this runner listens (what [`RunnerSession::runner`] of its sessions says).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Opens a session for `object`.
+    ///
+    /// # Errors
+    /// [`PortError::Unavailable`] when the runner cannot be reached.
+    pub async fn session(
+        &self,
+        object: &TerraformObject,
+    ) -> Result<Box<dyn RunnerSession>, PortError> {
         let client = RunnerClient::connect(&self.endpoint, &self.tls)
             .await
             .map_err(|e| PortError::Unavailable(e.to_string()))?;
@@ -206,22 +241,8 @@ impl RunnerPort for LocalRunner {
         Ok(Box::new(Narrated {
             inner: session,
             printer: self.printer.clone(),
+            identity: self.identity.clone(),
         }))
-    }
-
-    /// Only this command's own runner can be attached to: a runner of an earlier `tfops`
-    /// process stopped with it (and its commands with it).
-    async fn attach(
-        &self,
-        object: &TerraformObject,
-        runner: &str,
-    ) -> Result<Box<dyn RunnerSession>, PortError> {
-        if runner != self.endpoint {
-            return Err(PortError::NotFound(format!(
-                "runner {runner} belonged to an earlier tfops command and stopped with it"
-            )));
-        }
-        self.start(object).await
     }
 }
 
@@ -229,12 +250,16 @@ impl RunnerPort for LocalRunner {
 struct Narrated {
     inner: Session,
     printer: Printer,
+    identity: String,
 }
 
 #[async_trait]
 impl RunnerSession for Narrated {
     fn binary(&self) -> String {
         self.inner.binary()
+    }
+    fn identity(&self) -> String {
+        self.identity.clone()
     }
     async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {
         let (inner, printer) = (&mut self.inner, self.printer.clone());

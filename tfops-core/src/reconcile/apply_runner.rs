@@ -1,0 +1,157 @@
+//! The apply identity (`spec.runner.apply`, issue 18): a plan that may be applied is handed to
+//! a second runner holding the apply credentials, which plans again and applies only when that
+//! plan does what the plan that was approved (or accepted by `auto` or `force`, after the plan
+//! policies passed) does. Runs that do not apply (drift checks, plans awaiting approval,
+//! `planOnly`, denied plans) never start it: [`hand_over`] is only reached after approval.
+
+use super::flow::{End, Flow, Run, Stop};
+use super::model::{Outcome, Step, StepKind};
+use super::run::{Planned, denied};
+use crate::conditions::{ConditionStatus, ConditionType, Reason};
+use crate::ports::{PlanKind, PlanSummary};
+
+/// What the apply runner found when it planned again.
+pub(super) enum Verified<'a> {
+    /// The same changes: apply them (made from these inputs, by the apply runner).
+    Same {
+        /// The plan to apply (the apply runner's, with the approved content).
+        planned: Planned<'a>,
+        /// The digest of the inputs the apply runner used.
+        inputs: &'a str,
+    },
+    /// Nothing left to change: whatever the plan did is there already.
+    Nothing,
+    /// Something else than what was approved: nothing may be applied.
+    Changed {
+        /// Its change counts.
+        summary: PlanSummary,
+        /// What it would do, digested.
+        digest: &'a str,
+        /// What the plan policies found in it.
+        violations: &'a [crate::api::PolicyViolation],
+    },
+}
+
+/// Hands `planned`, which may be applied, to the runner that applies. Without
+/// `spec.runner.apply` that is the plan runner itself: `planned` comes back unchanged. With
+/// it, the plan runner's session ends, the apply runner starts, is set up and plans again;
+/// its plan comes back with what it says. A failure of any of this is the `Apply` phase's.
+pub(super) fn hand_over<'a>(
+    run: &mut Run<'a>,
+    kind: PlanKind,
+    plan_id: &str,
+    planned: Planned<'a>,
+    inputs: &'a str,
+    drift: bool,
+) -> Flow<Verified<'a>> {
+    if !run.s.object.spec.runner.splits_apply() {
+        return Flow::Go(Verified::Same { planned, inputs });
+    }
+    match run.need_phase(Step::StartApplyRunner, ConditionType::Apply) {
+        Flow::Go((Outcome::RunnerStarted { binary, .. }, _)) => {
+            if !binary.is_empty() {
+                run.st.binary = Some(binary.clone());
+            }
+        }
+        Flow::Go(_) => return unexpected(StepKind::StartApplyRunner),
+        Flow::Stop(s) => return Flow::Stop(s),
+    }
+    let inputs = match run.need_phase(Step::ApplySetup, ConditionType::Apply) {
+        Flow::Go((Outcome::SetUp { inputs_digest, .. }, _)) => inputs_digest.as_str(),
+        Flow::Go(_) => return unexpected(StepKind::ApplySetup),
+        Flow::Stop(s) => return Flow::Stop(s),
+    };
+    let step = Step::VerifyPlan {
+        kind,
+        plan_id: plan_id.to_string(),
+        drift,
+    };
+    let outcome = match run.need_phase(step, ConditionType::Apply) {
+        Flow::Go((o, _)) => o,
+        Flow::Stop(s) => return Flow::Stop(s),
+    };
+    run.lock_released();
+    let Outcome::Planned {
+        has_changes,
+        summary,
+        digest,
+        violations,
+    } = outcome
+    else {
+        return unexpected(StepKind::VerifyPlan);
+    };
+    if !has_changes {
+        return Flow::Go(Verified::Nothing);
+    }
+    // The policies see the apply runner's plan too: what it applies is what they passed.
+    if let Some(failure) = denied(violations, |list| {
+        format!("plan {plan_id}, as the apply runner made it again, is denied by policy: {list}")
+    }) {
+        run.set(
+            ConditionType::Plan,
+            ConditionStatus::False,
+            failure.reason,
+            failure.message.clone(),
+        );
+        return Flow::Stop(Stop::End(End::Failed(failure)));
+    }
+    if digest == planned.digest {
+        let label = format!("{} (re-planned by the apply runner)", planned.label);
+        return Flow::Go(Verified::Same {
+            planned: Planned {
+                summary: *summary,
+                digest,
+                violations,
+                label,
+            },
+            inputs,
+        });
+    }
+    Flow::Go(Verified::Changed {
+        summary: *summary,
+        digest,
+        violations,
+    })
+}
+
+/// Who the session that ran the latest `step` (`StartRunner` or `StartApplyRunner`) acts as.
+pub(super) fn identity_of(run: &Run<'_>, step: StepKind) -> Option<String> {
+    run.s
+        .progress
+        .records
+        .iter()
+        .rev()
+        .filter(|r| r.step == step)
+        .find_map(|r| match &r.result {
+            Ok(Outcome::RunnerStarted { identity, .. }) => Some(identity.clone()),
+            _ => None,
+        })
+        .filter(|i| !i.is_empty())
+}
+
+/// Who the session open now acts as: the apply runner's once it started, else the plan
+/// runner's.
+pub(super) fn current_identity(run: &Run<'_>) -> Option<String> {
+    identity_of(run, StepKind::StartApplyRunner).or_else(|| identity_of(run, StepKind::StartRunner))
+}
+
+/// The message of an apply that did not happen because the apply runner's plan changed.
+pub(super) fn changed_message(
+    plan_id: &str,
+    summary: PlanSummary,
+    identity: Option<&str>,
+) -> String {
+    let by = identity.map_or_else(String::new, |i| format!(" as {i}"));
+    format!(
+        "plan {plan_id} changed before it was applied: the apply runner planned again{by} and would now do {summary}, something else than the plan that was approved or accepted (the state or the inputs changed meanwhile), so nothing was applied"
+    )
+}
+
+fn unexpected<T>(step: StepKind) -> Flow<T> {
+    // As in `flow`: the driver records exactly the outcome variant of each step.
+    Flow::Stop(Stop::End(End::Failed(super::model::StepFailure {
+        reason: Reason::Progressing,
+        message: format!("internal error: unexpected outcome recorded for {step:?}"),
+        lock: None,
+    })))
+}
