@@ -82,8 +82,12 @@ pub fn print_output(object: &str, runs: &[RunEntry], n: usize) -> anyhow::Result
         );
     };
     eprintln!(
-        "run {n} of {object}: {} ({}), started {}, {}",
-        run.result, run.trigger, run.started_at, run.reason
+        "run {n} of {object}: {} ({}), started {}, {}{}",
+        run.result,
+        run.trigger,
+        run.started_at,
+        run.reason,
+        identities(run)
     );
     if run.output_tail.is_empty() {
         eprintln!("(no Terraform output was kept for this run)");
@@ -92,9 +96,51 @@ pub fn print_output(object: &str, runs: &[RunEntry], n: usize) -> anyhow::Result
     Ok(())
 }
 
+/// `, planned by A, applied by B` for the identities a run recorded (empty when none did).
+fn identities(run: &RunEntry) -> String {
+    let mut out = String::new();
+    if !run.planned_by.is_empty() {
+        out.push_str(&format!(", planned by {}", run.planned_by));
+    }
+    if !run.applied_by.is_empty() {
+        out.push_str(&format!(", applied by {}", run.applied_by));
+    }
+    out
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    fn run(planned_by: &str, applied_by: &str) -> RunEntry {
+        serde_json::from_value(serde_json::json!({
+            "startedAt": "2026-12-01T10:00:00Z",
+            "finishedAt": "2026-12-01T10:00:05Z",
+            "trigger": "interval",
+            "result": "Succeeded",
+            "reason": "TerraformAppliedSucceed",
+            "plannedBy": planned_by,
+            "appliedBy": applied_by,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_output_header_names_who_planned_and_who_applied() {
+        assert_eq!(
+            identities(&run(
+                "system:serviceaccount:a:tf-plan",
+                "system:serviceaccount:a:tf-apply"
+            )),
+            ", planned by system:serviceaccount:a:tf-plan, applied by system:serviceaccount:a:tf-apply"
+        );
+        assert_eq!(
+            identities(&run("local:plan", "")),
+            ", planned by local:plan"
+        );
+        assert_eq!(identities(&run("", "")), "");
+    }
 
     #[test]
     fn revisions_are_shortened_as_git_does() {
