@@ -9,6 +9,8 @@
 //!   applied by the apply runner Pod as `tf-apply`; status and history say who did what.
 //! - A plan made stale between the plan runner and the apply runner (the upstream state it
 //!   reads changes while the apply runner starts) is not applied and is pending again.
+//! - Deletion with `destroyResourcesOnDeletion` goes the same way: the destroy is planned as
+//!   `tf-plan` and applied by the apply runner as `tf-apply`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -36,6 +38,10 @@ resource "terraform_data" "managed" {{
   provisioner "local-exec" {{
     command = "kubectl --kubeconfig \"$TFOPS_KUBECONFIG\" -n infra-out create configmap managed-${{self.input}} --from-literal=color=${{self.input}}"
   }}
+  provisioner "local-exec" {{
+    when    = destroy
+    command = "kubectl --kubeconfig \"$TFOPS_KUBECONFIG\" -n infra-out delete configmap managed-${{self.input}}"
+  }}
 }}
 "#,
         upstream.display()
@@ -53,7 +59,7 @@ fn upstream(path: &std::path::Path, color: &str, serial: u32) {
 }
 
 /// `tf-plan` and `tf-apply` in `team-a` with the runner's role there; in `infra-out`,
-/// `tf-plan` reads ConfigMaps and `tf-apply` also creates them.
+/// `tf-plan` reads ConfigMaps and `tf-apply` also creates and deletes them.
 async fn identities(op: &Operator) {
     let admin = &op.admin;
     support::namespace(admin, "infra-out").await;
@@ -80,7 +86,11 @@ async fn identities(op: &Operator) {
     let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), "infra-out");
     for (name, verbs, account) in [
         ("reader", json!(["get", "list"]), "tf-plan"),
-        ("writer", json!(["get", "list", "create"]), "tf-apply"),
+        (
+            "writer",
+            json!(["get", "list", "create", "delete"]),
+            "tf-apply",
+        ),
     ] {
         roles
             .create(
@@ -129,6 +139,18 @@ fn writes(op: &Operator) -> Vec<(String, u16)> {
         .audit()
         .iter()
         .filter(|a| a.method == "POST" && a.path.ends_with("/namespaces/infra-out/configmaps"))
+        .map(|a| (a.user.clone(), a.code))
+        .collect()
+}
+
+/// Requests to delete ConfigMaps in `infra-out`, as (user, code).
+fn deletes(op: &Operator) -> Vec<(String, u16)> {
+    op.cluster
+        .audit()
+        .iter()
+        .filter(|a| {
+            a.method == "DELETE" && a.path.contains("/namespaces/infra-out/configmaps/managed-")
+        })
         .map(|a| (a.user.clone(), a.code))
         .collect()
 }
@@ -340,4 +362,52 @@ async fn the_plan_identity_cannot_apply_and_the_apply_runner_applies_only_what_w
     assert_eq!(status(&t).last_planned_by.as_deref(), Some(PLAN_SA));
     assert_eq!(pods_created(&op) - pods_before, 1, "only the plan runner");
     assert_eq!(written(&op).len(), 1, "a drift check writes nothing");
+
+    // Deleted with destroyResourcesOnDeletion: the destroy is planned by the plan runner and
+    // applied by the apply runner, whose destroy provisioner deletes the ConfigMap.
+    op.terraforms()
+        .patch(
+            "guarded",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"approvePlan": "auto", "destroyResourcesOnDeletion": true}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let t = op
+        .wait_for("guarded", "saw the new spec", 180, |t| {
+            Some(status(t).observed_generation) == t.metadata.generation
+                && status(t).active_run.is_none()
+        })
+        .await;
+    let uid = t.metadata.uid.clone().unwrap();
+    let pods_before = pods_created(&op);
+    op.terraforms()
+        .delete("guarded", &Default::default())
+        .await
+        .unwrap();
+    let released = kube::runtime::wait::await_condition(
+        op.terraforms(),
+        "guarded",
+        kube::runtime::conditions::is_deleted(&uid),
+    );
+    if tokio::time::timeout(std::time::Duration::from_secs(180), released)
+        .await
+        .is_err()
+    {
+        let left = op.terraforms().get_opt("guarded").await.unwrap();
+        panic!("guarded was not released: {:?}", left.map(|t| t.status));
+    }
+    assert!(managed(&op).await.is_empty(), "the destroy removed it");
+    assert_eq!(
+        deletes(&op),
+        [(APPLY_SA.to_string(), 200)],
+        "deleted once, by the apply identity"
+    );
+    assert_eq!(
+        pods_created(&op) - pods_before,
+        2,
+        "the plan runner made the destroy plan, the apply runner applied it"
+    );
 }
