@@ -25,6 +25,13 @@ export function lock(obj: any): { id: string; holder: string } {
   return { id: l.pending || "", holder: l.holder || "" };
 }
 
+/** Who made the last plan or drift check and who made the last apply (`status.lastPlannedBy`,
+ * `status.lastAppliedBy`): two identities when `spec.runner.apply` splits them. */
+export function identities(obj: any): { plannedBy: string; appliedBy: string } {
+  const s = obj.status || {};
+  return { plannedBy: s.lastPlannedBy || "", appliedBy: s.lastAppliedBy || "" };
+}
+
 /** The readable plan ConfigMaps: `tfplan-<workspace>-<name>-readable`, then `-readable-<i>`. */
 export function readableNames(obj: any, count: number): string[] {
   const workspace = (obj.status && obj.status.storedPlanWorkspace) || obj.spec.workspace || "default";
@@ -47,6 +54,10 @@ export interface Run {
   result: string;
   reason: string;
   message?: string;
+  /** The runner identity that planned (or checked drift) in this run. */
+  plannedBy?: string;
+  /** The runner identity that applied in this run (the apply runner's with `spec.runner.apply`). */
+  appliedBy?: string;
 }
 
 /** The run history kept in ConfigMap `tfhistory-<name>` (key `runs.json`, newest first). */

@@ -1,8 +1,8 @@
-// The Terraform tab: conditions, the pending plan as Terraform shows it, outputs, the state
-// lock, the run history, and the approve / re-plan / force-unlock actions, all through Argo
+// The Terraform tab: conditions, who planned and who applied, the pending plan as Terraform
+// shows it, outputs, the state lock, the run history, and the approve / re-plan / force-unlock actions, all through Argo
 // CD's API as the logged-in user.
 import { ApiError, Application, ResourceRef, getResource, runAction } from "./argocd";
-import { Run, condition, conditions, lock, pendingPlan, readableNames, runs } from "./model";
+import { Run, condition, conditions, identities, lock, pendingPlan, readableNames, runs } from "./model";
 
 const React: any = (window as any).React;
 const { useEffect, useState } = React;
@@ -58,7 +58,7 @@ function History(props: { runs: Run[] }) {
   return h(
     "table",
     { className: "tfops-history" },
-    h("thead", null, h("tr", null, ["Started", "Trigger", "Revision", "Plan", "Changes", "Result", "Reason"].map((t) => h("th", { key: t }, t)))),
+    h("thead", null, h("tr", null, ["Started", "Trigger", "Revision", "Plan", "Changes", "Result", "Reason", "Planned by", "Applied by"].map((t) => h("th", { key: t }, t)))),
     h(
       "tbody",
       null,
@@ -73,6 +73,8 @@ function History(props: { runs: Run[] }) {
           h("td", null, r.summary ? `+${r.summary.add} ~${r.summary.change} -${r.summary.destroy}` : "-"),
           h("td", null, r.result),
           h("td", null, r.reason),
+          h("td", null, r.plannedBy || "-"),
+          h("td", null, r.appliedBy || "-"),
         ),
       ),
     ),
@@ -118,6 +120,8 @@ export function TerraformTab(props: Props) {
   const ready = condition(obj, "Ready");
   const planCondition = condition(obj, "Plan");
   const outputs: string[] = (obj.status && obj.status.availableOutputs) || [];
+  const who = identities(obj);
+  const whoText = [who.plannedBy && `last planned by ${who.plannedBy}`, who.appliedBy && `last applied by ${who.appliedBy}`].filter(Boolean).join("; ");
   return h(
     "div",
     { className: "tfops-tab", style: { padding: 16 } },
@@ -129,6 +133,7 @@ export function TerraformTab(props: Props) {
       ready ? h(Badge, { status: ready.status }) : "not yet reconciled",
       ready ? ` ${ready.reason}: ${ready.message}` : "",
     ),
+    whoText ? h("p", { className: "tfops-identities" }, whoText.charAt(0).toUpperCase() + whoText.slice(1)) : null,
     h(
       "div",
       { className: "tfops-actions", style: { margin: "12px 0" } },

@@ -67,6 +67,7 @@ for (const react of ["16", "19"]) {
     assert.match(plan, /aws_vpc.main will be updated in-place/);
     assert.match(plan, /Plan: 1 to add, 1 to change, 0 to destroy\./, "both chunks, in order");
     assert.match(await page.textContent(".tfops-ready"), /Unknown TerraformPlannedWithChanges/);
+    assert.equal(await page.textContent(".tfops-identities"), "Last planned by system:serviceaccount:team-a:tf-plan");
     assert.equal(await page.textContent(".tfops-plan-summary"), "Plan: 1 to add, 1 to change, 0 to destroy.");
     assert.deepEqual(await page.$$eval(".tfops-outputs li", (l) => l.map((e) => e.textContent)), ["vpc_id", "subnet_ids"]);
     await page.waitForSelector(".tfops-history tbody tr");
@@ -99,6 +100,15 @@ for (const react of ["16", "19"]) {
     assert.equal(await page.isEnabled("button[data-action=replan]"), true);
     assert.equal(await page.$(".tfops-plan"), null);
     assert.match(await page.textContent(".tfops-ready"), /True TerraformAppliedSucceed/);
+    assert.equal(
+      await page.textContent(".tfops-identities"),
+      "Last planned by system:serviceaccount:team-a:tf-plan; last applied by system:serviceaccount:team-a:tf-apply",
+    );
+    const rows = await page.$$eval(".tfops-history tbody tr", (r) => r.map((tr) => [...tr.children].slice(-2).map((td) => td.textContent)));
+    assert.deepEqual(rows, [
+      ["system:serviceaccount:team-a:tf-plan", "-"],
+      ["system:serviceaccount:team-a:tf-plan", "system:serviceaccount:team-a:tf-apply"],
+    ]);
     if (react === "19") await screenshot(page, "healthy");
     assert.deepEqual(errors, []);
     await page.close();
@@ -109,6 +119,7 @@ for (const react of ["16", "19"]) {
     server.state.actions = [];
     const { page, errors } = await open(react, "lock-held");
     assert.match(await page.textContent(".tfops-lock"), /held by runner vpc-tf-runner/);
+    assert.equal(await page.$(".tfops-identities"), null, "no identity recorded, none shown");
     await page.click("button[data-action=force-unlock]");
     await page.waitForSelector(".tfops-error");
     assert.match(await page.textContent(".tfops-error"), /force-unlock failed: 403: permission denied: applications, action\/infra.argocd.io\/Terraform\/force-unlock/);
