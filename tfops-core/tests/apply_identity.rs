@@ -175,3 +175,50 @@ async fn without_the_split_one_runner_plans_and_applies() {
     assert_eq!(o.status.last_planned_by.as_deref(), Some("fake:plan"));
     assert_eq!(o.status.last_applied_by.as_deref(), Some("fake:plan"));
 }
+
+#[tokio::test]
+async fn spec_destroy_is_planned_by_the_plan_runner_and_applied_by_the_apply_runner() {
+    let w = world();
+    let key = w.create(split("vpc", json!({"approvePlan": "auto"})));
+    reconcile(&w, &key).await;
+    assert_eq!(w.applies(&key), 1);
+
+    // With manual approval from here on, the destroy plan waits in the plan runner.
+    w.edit(&key, |s| {
+        s.destroy = true;
+        s.approve_plan = String::new();
+    });
+    reconcile(&w, &key).await;
+    let pending = w.object(&key).unwrap().status.plan.pending;
+    assert!(!pending.is_empty(), "the destroy plan awaits approval");
+    assert_eq!(apply_sessions(&w), 1, "only the first apply's");
+    assert_eq!(w.lock().infra[&key].real.len(), 2, "nothing destroyed yet");
+
+    w.annotate(&key, annotations::APPROVE, &pending);
+    w.annotate(&key, annotations::RECONCILE, "approved");
+    reconcile(&w, &key).await;
+    assert_eq!(ready(&w, &key).1, "TerraformDestroySucceed");
+    assert!(w.lock().infra[&key].real.is_empty());
+    assert_eq!(apply_sessions(&w), 2);
+    assert_eq!(
+        roles_of(&w, &key, FakeOp::Apply),
+        [RunnerRole::Apply, RunnerRole::Apply]
+    );
+    let o = w.object(&key).unwrap();
+    assert_eq!(o.status.last_applied_by.as_deref(), Some("fake:apply"));
+}
+
+#[tokio::test]
+async fn plan_only_never_starts_the_apply_runner_even_with_the_plan_approved_in_the_spec() {
+    let w = world();
+    let key = w.create(split("vpc", json!({"planOnly": true, "approvePlan": PLAN})));
+    reconcile(&w, &key).await;
+    w.annotate(&key, annotations::RECONCILE, "again");
+    reconcile(&w, &key).await;
+    assert_eq!(w.applies(&key), 0);
+    assert_eq!(apply_sessions(&w), 0);
+    assert_eq!(
+        w.object(&key).unwrap().status.last_planned_by.as_deref(),
+        Some("fake:plan")
+    );
+}
