@@ -467,11 +467,26 @@ impl Model {
                 prop_assert_eq!(c.role, want, "apply in the wrong runner: {:?}", mine);
             }
             if c.role == RunnerRole::Apply {
-                prop_assert!(split, "an apply runner without spec.runner.apply");
+                // A session of an earlier reconcile is one attached to: it finishes the apply
+                // recorded under way in that runner, whatever the spec says now, and starts
+                // nothing of its own there.
+                let attached = c.session < sessions_before;
+                prop_assert!(
+                    split || attached,
+                    "an apply runner without spec.runner.apply: {:?}",
+                    mine
+                );
                 prop_assert!(
                     c.op != FakeOp::RefreshPlan,
                     "a drift check in the apply runner"
                 );
+                if attached {
+                    prop_assert!(
+                        !matches!(c.op, FakeOp::Plan | FakeOp::Apply | FakeOp::RefreshPlan),
+                        "a new plan or apply in an attached apply runner: {:?}",
+                        mine
+                    );
+                }
             }
         }
         let roles = w.lock().session_roles.clone();
