@@ -102,6 +102,12 @@ async fn a_plan_that_changed_at_the_hand_over_is_pending_again_and_not_applied()
         message.contains("fake:apply"),
         "names who planned: {message}"
     );
+    assert!(
+        message.contains(
+            "the next run plans and applies it (after interval 10m, or when a run is requested)"
+        ),
+        "says when it goes on: {message}"
+    );
     assert_eq!(w.object(&key).unwrap().status.last_applied_by, None);
 
     // With auto, the next run plans again, accepts that plan and applies it.

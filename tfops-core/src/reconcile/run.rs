@@ -320,9 +320,12 @@ fn pending_again(
         format!("plan {plan_id} ({summary}) at {revision}"),
     );
     let next = if approval_is_automatic(run) {
-        "the next run plans and applies it"
+        format!(
+            "the next run plans and applies it (after interval {}, or when a run is requested)",
+            run.s.object.spec.interval
+        )
     } else {
-        "it awaits approval again"
+        "it awaits approval again".to_string()
     };
     run.set(
         ConditionType::Ready,
