@@ -420,11 +420,16 @@ fn helm_and_kustomize_render_the_same_objects() {
     // The samples render (they are checked against the CRD by the API server in the install
     // test: kubernetes-validate knows no custom kinds).
     let samples = objects(&kustomize(&repo().join("config/samples")));
-    assert!(samples.contains_key(&(
-        "Terraform".to_string(),
-        "default".to_string(),
-        "hello".to_string()
-    )));
+    for name in ["hello", "network"] {
+        assert!(
+            samples.contains_key(&(
+                "Terraform".to_string(),
+                "default".to_string(),
+                name.to_string()
+            )),
+            "sample {name}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -476,20 +481,22 @@ async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
     assert!(ok, "{err}");
     let deployment: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(deployment["spec"]["replicas"], 2, "the upgrade took");
-    // The sample is valid against the installed CRD (server-side, strict).
-    let (ok, out, err) = support::kubectl(
-        &kubeconfig,
-        &[
-            "apply",
-            "--dry-run=server",
-            "--validate=strict",
-            "-n",
-            "team-a",
-            "-f",
-            repo().join("config/samples/hello.yaml").to_str().unwrap(),
-        ],
-    );
-    assert!(ok, "the sample: {out}{err}");
+    // The samples are valid against the installed CRD (server-side, strict).
+    for sample in ["hello.yaml", "separate-apply-identity.yaml"] {
+        let (ok, out, err) = support::kubectl(
+            &kubeconfig,
+            &[
+                "apply",
+                "--dry-run=server",
+                "--validate=strict",
+                "-n",
+                "team-a",
+                "-f",
+                repo().join("config/samples").join(sample).to_str().unwrap(),
+            ],
+        );
+        assert!(ok, "the sample {sample}: {out}{err}");
+    }
 
     // The manager as the chart's ServiceAccount, with the installed Deployment's arguments and
     // environment (no controller runs Deployments here; a Pod's namespace would come from the
