@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::operator::{Operator, condition, ready_with};
+use support::operator::{Operator, condition, ready_with, upstream_state};
 use tests::cluster::kubelet::Fault;
 
 const PLAN_SA: &str = "system:serviceaccount:team-a:tf-plan";
@@ -46,16 +46,6 @@ resource "terraform_data" "managed" {{
 "#,
         upstream.display()
     )
-}
-
-fn upstream(path: &std::path::Path, color: &str, serial: u32) {
-    std::fs::write(
-        path,
-        format!(
-            r#"{{"version":4,"terraform_version":"1.5.0","serial":{serial},"lineage":"00000000-0000-0000-0000-000000000000","outputs":{{"color":{{"value":"{color}","type":"string"}}}},"resources":[],"check_results":null}}"#
-        ),
-    )
-    .unwrap();
 }
 
 /// `tf-plan` and `tf-apply` in `team-a` with the runner's role there; in `infra-out`,
@@ -163,20 +153,6 @@ fn pods_created(op: &Operator) -> usize {
         .count()
 }
 
-async fn approve(op: &Operator, name: &str, plan: &str, token: &str) {
-    op.terraforms()
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                "infra.argocd.io/approve": format!("{plan}@{token}"),
-                "infra.argocd.io/reconcile": token,
-            }}})),
-        )
-        .await
-        .unwrap();
-}
-
 fn awaiting(t: &tfops_kube::Terraform) -> bool {
     ready_with(t, "TerraformPlannedWithChanges") && !status(t).plan.pending.is_empty()
 }
@@ -187,7 +163,7 @@ async fn the_plan_identity_cannot_apply_and_the_apply_runner_applies_only_what_w
     identities(&op).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("upstream.tfstate");
-    upstream(&file, "red", 1);
+    upstream_state(&file, "red", 1);
     op.git.commit("managed", &[("main.tf", &config(&file))]);
     let source = json!({"kind": "GitRepository", "url": op.git.url("managed")});
 
@@ -236,7 +212,7 @@ async fn the_plan_identity_cannot_apply_and_the_apply_runner_applies_only_what_w
     // something else, so nothing is applied and the new plan is pending.
     let kubelet = op.cluster.kubelet().unwrap().clone();
     kubelet.inject("team-a", "guarded-tf-runner-apply", Fault::NeverReady);
-    approve(&op, "guarded", &first.plan.pending, "t1").await;
+    op.approve("guarded", &first.plan.pending, "t1").await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(op.admin.clone(), "team-a");
     tokio::time::timeout(
         std::time::Duration::from_secs(120),
@@ -247,7 +223,7 @@ async fn the_plan_identity_cannot_apply_and_the_apply_runner_applies_only_what_w
     .await
     .expect("the approved plan reached the apply runner")
     .unwrap();
-    upstream(&file, "blue", 2);
+    upstream_state(&file, "blue", 2);
     kubelet.heal("team-a", "guarded-tf-runner-apply");
     let approved = first.plan.pending_digest.clone();
     let t = op
@@ -284,7 +260,7 @@ async fn the_plan_identity_cannot_apply_and_the_apply_runner_applies_only_what_w
     follow_err.read_line(&mut waiting).unwrap();
     assert!(waiting.contains("waiting for the next one"), "{waiting}");
     let pending = status(&t).plan.pending;
-    approve(&op, "guarded", &pending, "t2").await;
+    op.approve("guarded", &pending, "t2").await;
     let t = op
         .wait_for("guarded", "applied", 180, |t| {
             ready_with(t, "TerraformAppliedSucceed")

@@ -33,22 +33,6 @@ async fn annotate(op: &Operator, name: &str, key: &str, value: &str) {
         .unwrap();
 }
 
-/// Approves `plan` as the Argo CD action does: the approve annotation with a token, and a
-/// new reconcile request.
-async fn approve(op: &Operator, name: &str, plan: &str, token: &str) {
-    op.terraforms()
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                "infra.argocd.io/approve": format!("{plan}@{token}"),
-                "infra.argocd.io/reconcile": token,
-            }}})),
-        )
-        .await
-        .unwrap();
-}
-
 fn waiting(t: &tfops_kube::Terraform) -> bool {
     ready_with(t, "TerraformPlannedWithChanges") && !pending(t).is_empty()
 }
@@ -91,7 +75,7 @@ async fn approvals_by_annotation_and_by_spec_and_a_stale_one_refused() {
     let second = pending(&t);
 
     // Approving the first (stale) plan applies nothing and says why.
-    approve(&op, "app", &first, "t1").await;
+    op.approve("app", &first, "t1").await;
     let first_ = first.clone();
     let t = op
         .wait_for("app", "refused the stale approval", 120, move |t| {
@@ -105,7 +89,7 @@ async fn approvals_by_annotation_and_by_spec_and_a_stale_one_refused() {
     assert!(t.status.as_ref().unwrap().last_applied_revision.is_none());
 
     // The right one, by annotation: applied.
-    approve(&op, "app", &second, "t2").await;
+    op.approve("app", &second, "t2").await;
     let t = op
         .wait_for("app", "applied the approved plan", 120, |t| {
             ready_with(t, "TerraformAppliedSucceed")
@@ -179,7 +163,7 @@ async fn a_plan_over_2_mib_is_stored_read_back_approved_and_applied() {
         .unwrap()
         .items;
     assert!(maps.len() >= 2, "{} readable ConfigMaps", maps.len());
-    approve(&op, "big", &id, "go").await;
+    op.approve("big", &id, "go").await;
     let t = op
         .wait_for("big", "applied the big plan", 240, |t| {
             ready_with(t, "TerraformAppliedSucceed")

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
-use support::operator::{Operator, condition, ready_with, slow};
+use support::operator::{Operator, condition, ready_with, slow, upstream_state};
 use tfops_kube::Terraform;
 
 fn applied(t: &tfops_kube::Terraform) -> bool {
@@ -47,16 +47,6 @@ output "upstream_color" {{
     )
 }
 
-fn upstream(path: &std::path::Path, color: &str, serial: u32) {
-    std::fs::write(
-        path,
-        format!(
-            r#"{{"version":4,"terraform_version":"1.5.0","serial":{serial},"lineage":"00000000-0000-0000-0000-000000000000","outputs":{{"color":{{"value":"{color}","type":"string"}}}},"resources":[],"check_results":null}}"#
-        ),
-    )
-    .unwrap();
-}
-
 async fn request_run(op: &Operator, name: &str, token: &str) {
     op.terraforms()
         .patch(
@@ -75,7 +65,7 @@ async fn drift_behind_terraforms_back_is_detected_and_remediated_in_auto_mode() 
     let op = Operator::start().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("upstream.tfstate");
-    upstream(&file, "blue", 1);
+    upstream_state(&file, "blue", 1);
     op.git.commit("drifting", &[("main.tf", &reading(&file))]);
     op.apply(&op.manifest(
         "app",
@@ -102,7 +92,7 @@ async fn drift_behind_terraforms_back_is_detected_and_remediated_in_auto_mode() 
     assert_eq!(t.status.as_ref().unwrap().last_apply_started_at, applied_at);
 
     // The infrastructure changes behind Terraform's back.
-    upstream(&file, "red", 2);
+    upstream_state(&file, "red", 2);
     request_run(&op, "app", "2").await;
     let t = op
         .wait_for("app", "remediated the drift", 120, |t| {

@@ -242,6 +242,22 @@ impl Operator {
         Api::namespaced(self.admin.clone(), "team-a")
     }
 
+    /// Approves `plan` of `name` as the Argo CD action and `tfops approve` do: the approve
+    /// annotation `<plan>@<token>` and a new reconcile request.
+    pub async fn approve(&self, name: &str, plan: &str, token: &str) {
+        self.terraforms()
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                    "infra.argocd.io/approve": format!("{plan}@{token}"),
+                    "infra.argocd.io/reconcile": token,
+                }}})),
+            )
+            .await
+            .unwrap();
+    }
+
     /// Waits (at most `seconds`) until `name` satisfies `test`; panics with its status when
     /// it does not.
     pub async fn wait_for(
@@ -368,4 +384,17 @@ pub async fn attached_once(op: &Operator, name: &str) -> Terraform {
         .count();
     assert_eq!(pods_created, 1, "one runner Pod, one apply");
     t
+}
+
+/// Writes a local Terraform state at `path` whose only output is `color`, as another
+/// configuration's state that a `terraform_remote_state` reads (`serial` must grow with
+/// each change).
+pub fn upstream_state(path: &std::path::Path, color: &str, serial: u32) {
+    std::fs::write(
+        path,
+        format!(
+            r#"{{"version":4,"terraform_version":"1.5.0","serial":{serial},"lineage":"00000000-0000-0000-0000-000000000000","outputs":{{"color":{{"value":"{color}","type":"string"}}}},"resources":[],"check_results":null}}"#
+        ),
+    )
+    .unwrap();
 }

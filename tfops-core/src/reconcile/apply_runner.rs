@@ -7,7 +7,7 @@
 use super::flow::{End, Flow, Run, Stop};
 use super::model::{Outcome, Step, StepKind};
 use super::run::{Planned, denied};
-use crate::conditions::{ConditionStatus, ConditionType, Reason};
+use crate::conditions::{ConditionType, Reason};
 use crate::ports::{PlanKind, PlanSummary};
 
 /// What the apply runner found when it planned again.
@@ -87,13 +87,7 @@ pub(super) fn hand_over<'a>(
     if let Some(failure) = denied(violations, |list| {
         format!("plan {plan_id}, as the apply runner made it again, is denied by policy: {list}")
     }) {
-        run.set(
-            ConditionType::Plan,
-            ConditionStatus::False,
-            failure.reason,
-            failure.message.clone(),
-        );
-        return Flow::Stop(Stop::End(End::Failed(failure)));
+        return run.fail(ConditionType::Plan, failure);
     }
     if digest == planned.digest {
         let label = format!("{} (re-planned by the apply runner)", planned.label);

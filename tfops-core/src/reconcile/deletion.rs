@@ -180,13 +180,7 @@ fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
                 "deletion is blocked: the destroy plan {plan_id} is denied by policy: {list}; {how}"
             )
         }) {
-            run.set(
-                ConditionType::Plan,
-                ConditionStatus::False,
-                failure.reason,
-                failure.message.clone(),
-            );
-            return Flow::Stop(Stop::End(End::Failed(failure)));
+            return run.fail(ConditionType::Plan, failure);
         }
         let planned = Planned {
             summary: *summary,
@@ -211,13 +205,7 @@ fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
                     ),
                     lock: None,
                 };
-                run.set(
-                    ConditionType::Apply,
-                    ConditionStatus::False,
-                    f.reason,
-                    f.message.clone(),
-                );
-                return Flow::Stop(Stop::End(End::Failed(f)));
+                return run.fail(ConditionType::Apply, f);
             }
             Flow::Stop(s) => return Flow::Stop(s),
         };
@@ -227,13 +215,7 @@ fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
             // Terraform failing to apply a destroy plan is a failed destroy to the user.
             Flow::Stop(Stop::End(End::Failed(mut f))) if f.reason == Reason::TFExecApplyFailed => {
                 f.reason = Reason::TFExecDestroyFailed;
-                run.set(
-                    ConditionType::Apply,
-                    ConditionStatus::False,
-                    f.reason,
-                    f.message.clone(),
-                );
-                return Flow::Stop(Stop::End(End::Failed(f)));
+                return run.fail(ConditionType::Apply, f);
             }
             Flow::Stop(s) => return Flow::Stop(s),
         }

@@ -115,6 +115,17 @@ impl<'a> Run<'a> {
         );
     }
 
+    /// Ends the run with `failure`, shown on the `kind` condition as `False`.
+    pub fn fail<T>(&mut self, kind: ConditionType, failure: StepFailure) -> Flow<T> {
+        self.set(
+            kind,
+            ConditionStatus::False,
+            failure.reason,
+            failure.message.clone(),
+        );
+        Flow::Stop(Stop::End(End::Failed(failure)))
+    }
+
     pub fn remove(&mut self, kind: ConditionType) {
         conditions::remove(&mut self.st.conditions, kind);
     }

@@ -441,13 +441,7 @@ fn deny_by_policy(
     }) else {
         return Flow::Go(());
     };
-    run.set(
-        ConditionType::Plan,
-        ConditionStatus::False,
-        failure.reason,
-        failure.message.clone(),
-    );
-    Flow::Stop(Stop::End(End::Failed(failure)))
+    run.fail(ConditionType::Plan, failure)
 }
 
 /// The failure for a plan with `Deny` violations (`policy/rule: message (addresses)`, joined
