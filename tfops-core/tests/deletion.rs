@@ -107,3 +107,49 @@ async fn a_crash_during_the_first_apply_still_destroys_on_deletion() {
         "the resources of the interrupted apply were destroyed"
     );
 }
+
+/// A driver that records another outcome for the destroy plan than a plan (a bug in an
+/// embedder's driver) ends the run with an internal error; it is never read as "nothing to
+/// destroy", which would release the object with its resources still there.
+#[tokio::test]
+async fn a_destroy_plan_recorded_as_something_else_never_releases_the_object() {
+    use tfops_core::reconcile::{Outcome, Progress, Snapshot, Step, StepKind, decide};
+    let w = world();
+    let key = w.create(destroying("vpc"));
+    reconcile(&w, &key).await;
+    w.delete(&key);
+    let object = w.object(&key).unwrap();
+    let report = reconcile(&w, &key).await;
+    let plan = report
+        .records
+        .iter()
+        .position(|r| r.step == StepKind::Plan)
+        .expect("a destroy plan");
+    let mut records = report.records[..=plan].to_vec();
+    records[plan].result = Ok(Outcome::DriftChecked { drifted: vec![] });
+    let now = w.lock().now;
+    let decision = decide(&Snapshot {
+        object,
+        dependencies: vec![],
+        dependants: vec![],
+        progress: Progress { records },
+        now,
+        started_at: now,
+    });
+    assert!(
+        !matches!(decision.step, Step::RemoveFinalizer),
+        "released on a bad record"
+    );
+    let ready = tfops_core::conditions::find(
+        &decision.status.conditions,
+        tfops_core::conditions::ConditionType::Ready,
+    )
+    .unwrap();
+    assert!(
+        ready
+            .message
+            .contains("internal error: unexpected outcome recorded for Plan"),
+        "{}",
+        ready.message
+    );
+}

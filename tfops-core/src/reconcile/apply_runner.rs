@@ -4,10 +4,10 @@
 //! policies passed) does. Runs that do not apply (drift checks, plans awaiting approval,
 //! `planOnly`, denied plans) never start it: [`hand_over`] is only reached after approval.
 
-use super::flow::{End, Flow, Run, Stop};
+use super::flow::{Flow, Run, unexpected};
 use super::model::{Outcome, Step, StepKind};
 use super::run::{Planned, denied};
-use crate::conditions::{ConditionType, Reason};
+use crate::conditions::ConditionType;
 use crate::ports::{PlanKind, PlanSummary};
 
 /// What the apply runner found when it planned again.
@@ -139,13 +139,4 @@ pub(super) fn changed_message(
     format!(
         "plan {plan_id} changed before it was applied: the apply runner planned again{by} and would now do {summary}, something else than the plan that was approved or accepted (the state or the inputs changed meanwhile), so nothing was applied"
     )
-}
-
-fn unexpected<T>(step: StepKind) -> Flow<T> {
-    // As in `flow`: the driver records exactly the outcome variant of each step.
-    Flow::Stop(Stop::End(End::Failed(super::model::StepFailure {
-        reason: Reason::Progressing,
-        message: format!("internal error: unexpected outcome recorded for {step:?}"),
-        lock: None,
-    })))
 }

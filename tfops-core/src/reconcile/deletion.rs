@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use super::apply_runner::{Verified, changed_message, current_identity, hand_over, identity_of};
-use super::flow::{End, Flow, Run, Stop, go};
+use super::flow::{End, Flow, Run, Stop, go, unexpected};
 use super::model::{Decision, Outcome, Snapshot, Step, StepFailure, StepKind};
 use super::run::Planned;
 use super::timing::{backoff, elapsed};
@@ -151,6 +151,11 @@ fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
         Flow::Go(v) => v,
         Flow::Stop(s) => return Flow::Stop(s),
     };
+    // Anything but a plan is a driver's bug, never "nothing to destroy": that would release
+    // the object with its resources still there.
+    if !matches!(outcome, Outcome::Planned { .. }) {
+        return unexpected(StepKind::Plan);
+    }
     run.lock_released();
     run.st.last_plan_at = Some(at);
     run.st.last_planned_by =

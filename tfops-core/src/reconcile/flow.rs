@@ -491,7 +491,8 @@ impl<'a> Run<'a> {
     }
 }
 
-fn unexpected<T>(step: StepKind) -> Flow<T> {
+/// The end of a run whose driver recorded another outcome than `step` has.
+pub(super) fn unexpected<T>(step: StepKind) -> Flow<T> {
     // The driver records exactly the outcome variant of each step; anything else is a bug in an
     // embedder's driver, reported as a failure rather than a panic.
     Flow::Stop(Stop::End(End::Failed(StepFailure {

@@ -4,7 +4,7 @@
 use super::apply::{apply, resumed_apply};
 use super::apply_runner::{Verified, changed_message, current_identity, hand_over, identity_of};
 use super::approval::{approve, record_pending};
-use super::flow::{End, Flow, Run, Stop, go};
+use super::flow::{End, Flow, Run, Stop, go, unexpected};
 use super::model::{Decision, Outcome, Snapshot, Step, StepFailure, StepKind};
 use super::timing;
 use crate::api::{ApprovePlan, DriftAction, ValidSpec, ValidationErrors, annotations, validate};
@@ -175,7 +175,7 @@ fn detect_drift(
         Flow::Stop(s) => return Flow::Stop(s),
     };
     let Outcome::DriftChecked { drifted } = outcome else {
-        return Flow::Go(false);
+        return unexpected(StepKind::DetectDrift);
     };
     run.lock_released();
     run.st.last_planned_by =
@@ -374,7 +374,7 @@ fn plan<'a>(
         violations,
     } = outcome
     else {
-        return Flow::Go(None);
+        return unexpected(StepKind::Plan);
     };
     run.lock_released();
     run.st.last_planned_by =
