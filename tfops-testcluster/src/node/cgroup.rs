@@ -1,0 +1,110 @@
+//! Memory limits, enforced by the kernel: each container's processes go in a memory cgroup of
+//! their own (`limits.memory` of the container), so a process that grows past it is killed by
+//! the kernel's OOM killer and the Pod reports `OOMKilled`, as under a kubelet.
+//!
+//! cgroup v1's memory controller (`/sys/fs/cgroup/memory`, what these machines mount) or
+//! cgroup v2 (`/sys/fs/cgroup` with `memory.max`). Without either, or without the right to
+//! write there, limits are not enforced (and the Pod still runs).
+
+use std::path::PathBuf;
+
+/// The directory of the memory cgroup of the Pod with `uid`, and whether it is cgroup v1.
+fn dir(uid: &str) -> Option<(PathBuf, bool)> {
+    let v1 = PathBuf::from("/sys/fs/cgroup/memory");
+    if v1.join("memory.limit_in_bytes").exists() {
+        return Some((v1.join("tfops-node").join(uid), true));
+    }
+    let v2 = PathBuf::from("/sys/fs/cgroup");
+    v2.join("cgroup.controllers")
+        .exists()
+        .then(|| (v2.join("tfops-node").join(uid), false))
+}
+
+/// A Kubernetes memory quantity in bytes (`64Mi`, `1G`, `128974848`, `1e9`).
+pub fn parse_quantity(q: &str) -> Option<u64> {
+    let q = q.trim();
+    let units: [(&str, f64); 12] = [
+        ("Ki", 1024.0),
+        ("Mi", 1024.0 * 1024.0),
+        ("Gi", 1024.0 * 1024.0 * 1024.0),
+        ("Ti", 1024.0f64.powi(4)),
+        ("Pi", 1024.0f64.powi(5)),
+        ("Ei", 1024.0f64.powi(6)),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    for (suffix, factor) in units {
+        if let Some(n) = q.strip_suffix(suffix) {
+            return n.parse::<f64>().ok().map(|n| (n * factor) as u64);
+        }
+    }
+    q.parse::<f64>().ok().map(|n| n as u64)
+}
+
+/// Puts `pid` in the Pod's memory cgroup, limited to `limit` bytes when given.
+pub fn attach(uid: &str, pid: u32, limit: Option<u64>) {
+    let Some((dir, v1)) = dir(uid) else { return };
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    if let Some(limit) = limit {
+        let _ = set_limit(uid, limit);
+    } else if v1 {
+        // A fresh v1 group is unlimited; nothing to write.
+    }
+    let _ = std::fs::write(dir.join("cgroup.procs"), pid.to_string());
+}
+
+/// Sets the memory limit of the Pod's cgroup (as an in-place resize does); whether it took.
+pub fn set_limit(uid: &str, limit: u64) -> bool {
+    let Some((dir, v1)) = dir(uid) else {
+        return false;
+    };
+    let file = if v1 {
+        "memory.limit_in_bytes"
+    } else {
+        "memory.max"
+    };
+    std::fs::write(dir.join(file), limit.to_string()).is_ok()
+}
+
+/// How many processes of the Pod's cgroup the OOM killer has killed.
+pub fn oom_kills(uid: &str) -> u64 {
+    let Some((dir, v1)) = dir(uid) else { return 0 };
+    let file = if v1 {
+        "memory.oom_control"
+    } else {
+        "memory.events"
+    };
+    std::fs::read_to_string(dir.join(file))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Removes the Pod's cgroup (its processes are gone).
+pub fn remove(uid: &str) {
+    if let Some((dir, _)) = dir(uid) {
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::parse_quantity;
+
+    #[test]
+    fn quantities_in_binary_and_decimal_units() {
+        assert_eq!(parse_quantity("64Mi"), Some(64 * 1024 * 1024));
+        assert_eq!(parse_quantity("1G"), Some(1_000_000_000));
+        assert_eq!(parse_quantity("128974848"), Some(128_974_848));
+        assert_eq!(parse_quantity("abc"), None);
+    }
+}

@@ -1,0 +1,326 @@
+//! The node agent: what a kubelet does that tests need, done as a client of the API server
+//! only (it never touches etcd or the server's internals).
+//!
+//! - It registers a Node (Ready, `InternalIP` 127.0.0.1, capacity, the port of its log
+//!   server in `daemonEndpoints`) and renews its Lease in `kube-node-lease`, as a kubelet's
+//!   heartbeat does, so the node lifecycle controller keeps it Ready.
+//! - It binds Pods nobody scheduled to itself (`pods/binding`), and runs the Pods bound to it:
+//!   each Pod's first container as a local process ([`pod`]), its image looked up in
+//!   [`NodeConfig::images`] (an image → binary map: real containers come later).
+//! - ServiceAccount tokens come from the TokenRequest API, bound to the Pod, and are projected
+//!   with `ca.crt` and `namespace` where the Pod's volume says (the ServiceAccount admission
+//!   plugin's `kube-api-access-*` volume at `/var/run/secrets/kubernetes.io/serviceaccount`).
+//!   Running as root with `unshare` (util-linux) at hand, the process gets a private mount
+//!   namespace with that directory bind-mounted at its real path, so a client's in-cluster
+//!   configuration (kube-rs, client-go, Terraform's kubernetes backend) works as in a Pod;
+//!   otherwise `TFOPS_KUBECONFIG` names a kubeconfig with the same token.
+//! - It writes `pods/status` as a kubelet does, honours `deletionTimestamp` and the grace
+//!   period, and serves container logs ([`logs`]) to the API server for `pods/log`.
+//!
+//! What it does not do: no network namespace (a Pod's address is a loopback address of its
+//! own, `127.x.y.z`, given to the process as `TFOPS_LISTEN`), no images, no probes (a Pod with
+//! a container port is Ready once the port accepts connections), no init containers.
+
+mod cgroup;
+mod container;
+mod logs;
+mod pod;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+
+pub use container::image_name;
+
+/// Why the node agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// Registering the Node failed.
+    #[error("registering the Node: {0}")]
+    Register(#[from] kube::Error),
+    /// The log server could not be started.
+    #[error("starting the log server: {0}")]
+    Logs(#[from] std::io::Error),
+    /// Its serving certificate could not be made.
+    #[error(transparent)]
+    Pki(#[from] crate::pki::PkiError),
+    /// TLS could not be configured.
+    #[error("configuring TLS: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
+/// What the node agent runs Pods with.
+#[derive(Debug, Clone, Default)]
+pub struct NodeConfig {
+    /// The Node's name (default `node-1`).
+    pub name: Option<String>,
+    /// Image name (without tag or digest) → the local binary that stands for it.
+    pub images: BTreeMap<String, PathBuf>,
+    /// Where Pod directories go.
+    pub root: PathBuf,
+    /// Environment every container starts with (`PATH`, `TFOPS_TERRAFORM`, ...), as an
+    /// image's own environment would.
+    pub base_env: BTreeMap<String, String>,
+}
+
+/// A container process the agent runs.
+#[derive(Debug)]
+struct Running {
+    pid: i32,
+    terminating: bool,
+}
+
+/// The agent's state, shared by its tasks and the test's handle.
+#[derive(Default)]
+struct State {
+    /// Running containers by Pod uid.
+    running: Mutex<HashMap<String, Running>>,
+    /// Pods started already (uid → `namespace/name`).
+    started: Mutex<HashMap<String, String>>,
+    /// Log files by `namespace/name` (the newest Pod of that name).
+    logs: Mutex<HashMap<String, PathBuf>>,
+    /// How deleted Pods stopped: `true` on SIGTERM, `false` killed when the grace period ran
+    /// out; by `namespace/name`.
+    graceful: Mutex<HashMap<String, bool>>,
+}
+
+/// A lock that survives a panicked holder (the maps stay consistent: each write is one
+/// insert or remove).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What a Pod's process is started with, besides its own spec.
+struct Context {
+    client: kube::Client,
+    config: NodeConfig,
+    node: String,
+    /// The API server's address as a Pod reaches it (`KUBERNETES_SERVICE_HOST`/`PORT`).
+    api_host: String,
+    api_port: u16,
+    ca_pem: String,
+    /// A kubeconfig for a bearer token (the fallback to in-cluster configuration).
+    kubeconfig: Box<dyn Fn(&str) -> String + Send + Sync>,
+}
+
+/// The running node agent; see the module's documentation.
+pub struct NodeAgent {
+    name: String,
+    state: Arc<State>,
+    client: kube::Client,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for NodeAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeAgent")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn pod_ref(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+impl NodeAgent {
+    /// Registers the Node, starts the log server and the Pod loop.
+    ///
+    /// # Errors
+    /// [`NodeError`].
+    pub async fn start(
+        client: kube::Client,
+        cluster: &crate::TestCluster,
+        config: NodeConfig,
+    ) -> Result<Self, NodeError> {
+        let name = config.name.clone().unwrap_or_else(|| "node-1".into());
+        let state = Arc::new(State::default());
+        let (logs_port, logs_task) =
+            logs::serve(state.clone(), &crate::pki::Ca::new()?, cluster).await?;
+        register(&client, &name, logs_port).await?;
+        let (server, ca_pem) = (cluster.server.clone(), cluster.ca_pem.clone());
+        let context = Arc::new(Context {
+            client: client.clone(),
+            config,
+            node: name.clone(),
+            api_host: "127.0.0.1".into(),
+            api_port: cluster.port,
+            ca_pem: ca_pem.clone(),
+            kubeconfig: Box::new(move |token| {
+                crate::kubeconfig::text(
+                    &server,
+                    &ca_pem,
+                    &crate::kubeconfig::Credentials::Token(token),
+                )
+            }),
+        });
+        let heartbeat = tokio::spawn(heartbeat(client.clone(), name.clone()));
+        let pods = tokio::spawn(run(context, state.clone()));
+        Ok(Self {
+            name,
+            state,
+            client,
+            tasks: vec![logs_task, heartbeat, pods],
+        })
+    }
+
+    /// The Node's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Kills the Pod's container now, every process of it (SIGKILL: it dies mid-run, as when
+    /// its process crashes or a node's OOM killer takes it). Whether one was running.
+    pub fn kill(&self, namespace: &str, name: &str) -> bool {
+        let Some(uid) = self.uid_of(namespace, name) else {
+            return false;
+        };
+        lock(&self.state.running)
+            .get(&uid)
+            .is_some_and(|c| pod::kill_group(c.pid))
+    }
+
+    /// Sets the memory limit of the Pod's container to `bytes` now, as an in-place resize
+    /// does; a container already using more is killed by the kernel's OOM killer and reported
+    /// `OOMKilled`. Whether the limit took (`false`: no such Pod, or no memory cgroup here).
+    pub fn set_memory_limit(&self, namespace: &str, name: &str, bytes: u64) -> bool {
+        self.uid_of(namespace, name)
+            .is_some_and(|uid| cgroup::set_limit(&uid, bytes))
+    }
+
+    fn uid_of(&self, namespace: &str, name: &str) -> Option<String> {
+        lock(&self.state.started)
+            .iter()
+            .find(|(_, r)| **r == pod_ref(namespace, name))
+            .map(|(uid, _)| uid.clone())
+    }
+
+    /// Whether the last deleted Pod `namespace/name` stopped on SIGTERM (`Some(false)`: it
+    /// was killed when its grace period ran out; `None`: no such deletion seen).
+    pub fn stopped_by_sigterm(&self, namespace: &str, name: &str) -> Option<bool> {
+        lock(&self.state.graceful)
+            .get(&pod_ref(namespace, name))
+            .copied()
+    }
+
+    /// Stops the agent and kills every container it runs.
+    pub fn stop(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        for c in lock(&self.state.running).values() {
+            pod::kill_group(c.pid);
+        }
+        drop(self.client);
+    }
+}
+
+/// Creates (or takes over) the Node, Ready.
+async fn register(client: &kube::Client, name: &str, logs_port: u16) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": "tfops-test",
+        }},
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e),
+    }
+    let status = json!({"status": {
+        "capacity": {"cpu": "2", "memory": "24Gi", "pods": "250", "ephemeral-storage": "100Gi"},
+        "allocatable": {"cpu": "2", "memory": "24Gi", "pods": "250", "ephemeral-storage": "100Gi"},
+        "addresses": [
+            {"type": "InternalIP", "address": "127.0.0.1"},
+            {"type": "Hostname", "address": name},
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": logs_port}},
+        "nodeInfo": {
+            "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
+            "osImage": "tfops node agent", "containerRuntimeVersion": "local-process://1",
+            "kubeletVersion": format!("v{}", crate::KUBERNETES_VERSION), "kubeProxyVersion": "",
+            "operatingSystem": "linux", "architecture": "amd64",
+        },
+        "conditions": node_conditions(),
+    }});
+    nodes
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(status),
+        )
+        .await?;
+    Ok(())
+}
+
+fn node_conditions() -> Value {
+    let now = pod::now();
+    json!([{
+        "type": "Ready", "status": "True", "reason": "KubeletReady",
+        "message": "tfops node agent is posting ready status",
+        "lastHeartbeatTime": now, "lastTransitionTime": now,
+    }])
+}
+
+/// Renews the Node's Lease and Ready condition every 10 s, as a kubelet's heartbeat does.
+async fn heartbeat(client: kube::Client, name: String) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let nodes: Api<Node> = Api::all(client);
+    loop {
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                     "renewTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()},
+        });
+        let _ = leases
+            .patch(
+                &name,
+                &kube::api::PatchParams::apply("tfops-node-agent").force(),
+                &kube::api::Patch::Apply(lease),
+            )
+            .await;
+        let _ = nodes
+            .patch_status(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"status": {"conditions": node_conditions()}})),
+            )
+            .await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+}
+
+/// Watches every Pod and acts on each change: bind, start, terminate.
+async fn run(context: Arc<Context>, state: Arc<State>) {
+    let pods: Api<Pod> = Api::all(context.client.clone());
+    let mut events = std::pin::pin!(watcher(pods, watcher::Config::default()));
+    while let Some(event) = events.next().await {
+        let changed = match event {
+            Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => vec![(p, false)],
+            Ok(watcher::Event::Delete(p)) => vec![(p, true)],
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!("pod watch: {e}");
+                continue;
+            }
+        };
+        for (p, gone) in changed {
+            let Ok(value) = serde_json::to_value(&p) else {
+                continue;
+            };
+            pod::sync(&context, &state, value, gone).await;
+        }
+    }
+}

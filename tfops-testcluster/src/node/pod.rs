@@ -1,0 +1,604 @@
+//! One Pod's life on the node: bound, its container started as a local process, its status
+//! written as a kubelet writes it, stopped within its grace period when deleted.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use serde_json::{Value, json};
+
+use super::container::{environment, image_name, rewrite, volumes, write_private};
+use super::{Context, Running, State, lock, pod_ref};
+
+/// Where a Pod's ServiceAccount directory is mounted in a container.
+const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The time now as the API writes it.
+pub(super) fn now() -> Value {
+    json!(
+        jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string()
+    )
+}
+
+/// SIGKILL to every process of the container whose first process is `pid` (its process
+/// group); whether there was one to kill.
+pub(super) fn kill_group(pid: i32) -> bool {
+    pid > 0
+        && nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .is_ok()
+}
+
+/// Pod addresses: `127.<a>.<b>.<c>`, unique within this process and, by the process id in
+/// `<a>`, unlikely to meet another test process's.
+fn allocate_ip() -> std::net::Ipv4Addr {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let a = 16 + (std::process::id() % 200) as u8;
+    let b = (n / 250 % 250) as u8;
+    let c = (n % 250 + 2) as u8;
+    std::net::Ipv4Addr::new(127, a, b, c)
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or("").to_string()
+}
+
+/// Acts on one Pod event: bind an unscheduled Pod, start one bound here, stop one being
+/// deleted (or gone).
+pub(super) async fn sync(context: &Arc<Context>, state: &Arc<State>, pod: Value, gone: bool) {
+    let uid = text(&pod["metadata"]["uid"]);
+    let (ns, name) = (
+        text(&pod["metadata"]["namespace"]),
+        text(&pod["metadata"]["name"]),
+    );
+    let node = pod["spec"]["nodeName"].as_str().unwrap_or("");
+    if gone {
+        // Deleted without us (grace period 0, or the namespace went): the process goes too.
+        if let Some(c) = lock(&state.running).get(&uid) {
+            kill_group(c.pid);
+        }
+        return;
+    }
+    if pod["metadata"].get("deletionTimestamp").is_some() {
+        if node == context.node || node.is_empty() {
+            terminate(context, state, &pod);
+        }
+        return;
+    }
+    if node.is_empty() {
+        let scheduler = pod["spec"]["schedulerName"]
+            .as_str()
+            .unwrap_or("default-scheduler");
+        if scheduler == "default-scheduler" {
+            bind(context, &ns, &name, &uid).await;
+        }
+        return;
+    }
+    if node != context.node {
+        return;
+    }
+    let phase = pod["status"]["phase"].as_str().unwrap_or("");
+    if phase == "Succeeded" || phase == "Failed" {
+        return;
+    }
+    let first = lock(&state.started)
+        .insert(uid.clone(), pod_ref(&ns, &name))
+        .is_none();
+    if first {
+        let (context, state) = (context.clone(), state.clone());
+        tokio::spawn(async move { start(context, state, pod).await });
+    }
+}
+
+/// Binds the Pod to this node, as the scheduler would.
+async fn bind(context: &Context, ns: &str, name: &str, uid: &str) {
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), ns);
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": name, "namespace": ns, "uid": uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": context.node},
+    });
+    let answer: Result<Value, _> = pods
+        .create_subresource("binding", name, &PostParams::default(), &binding)
+        .await;
+    if let Err(e) = answer {
+        tracing::debug!("binding {ns}/{name}: {e}");
+    }
+}
+
+/// Writes `status` (a merge patch of `pods/status`) to the Pod, if it is still the same Pod.
+async fn patch_status(context: &Context, pod: &Value, status: Value) {
+    let pods: Api<Pod> =
+        Api::namespaced(context.client.clone(), &text(&pod["metadata"]["namespace"]));
+    // The uid in the patch is a precondition: a new Pod of the same name is left alone.
+    let patch = json!({"metadata": {"uid": pod["metadata"]["uid"]}, "status": status});
+    if let Err(e) = pods
+        .patch_status(
+            &text(&pod["metadata"]["name"]),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        tracing::debug!("pod status: {e}");
+    }
+}
+
+fn waiting(container: &Value, reason: &str, message: &str) -> Value {
+    json!({"containerStatuses": [{
+        "name": container["name"], "image": container["image"], "imageID": "", "ready": false,
+        "restartCount": 0, "started": false,
+        "state": {"waiting": {"reason": reason, "message": message}},
+    }], "phase": "Pending"})
+}
+
+fn conditions(ready: bool) -> Value {
+    let r = if ready { "True" } else { "False" };
+    json!([
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()},
+        {"type": "Initialized", "status": "True", "lastTransitionTime": now()},
+        {"type": "ContainersReady", "status": r, "lastTransitionTime": now()},
+        {"type": "Ready", "status": r, "lastTransitionTime": now()},
+    ])
+}
+
+/// Whether a private mount namespace can be made for a container (root, `unshare` present).
+fn can_mount() -> bool {
+    nix::unistd::geteuid().is_root() && Path::new("/usr/bin/unshare").exists()
+}
+
+async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
+    let (ns, pname) = (
+        text(&pod["metadata"]["namespace"]),
+        text(&pod["metadata"]["name"]),
+    );
+    let uid = text(&pod["metadata"]["uid"]);
+    let container = pod["spec"]["containers"][0].clone();
+    let image = container["image"].as_str().unwrap_or("");
+    let Some(binary) = context.config.images.get(image_name(image)).cloned() else {
+        let message = format!("failed to pull and unpack image \"{image}\": not found");
+        patch_status(
+            &context,
+            &pod,
+            waiting(&container, "ErrImagePull", &message),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let message = format!("Back-off pulling image \"{image}\"");
+        patch_status(
+            &context,
+            &pod,
+            waiting(&container, "ImagePullBackOff", &message),
+        )
+        .await;
+        return;
+    };
+    let dir = context.config.root.join(format!("{ns}_{pname}_{uid}"));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        patch_status(
+            &context,
+            &pod,
+            waiting(&container, "CreateContainerError", &e.to_string()),
+        )
+        .await;
+        return;
+    }
+    let ip = allocate_ip();
+    // What the container needs may not exist yet (a Secret created next, the namespace's
+    // `kube-root-ca.crt` not yet published): the container waits and it is tried again, as a
+    // kubelet does, until the Pod goes.
+    let (mut mounts, env) = loop {
+        let prepared = match volumes(&context.client, &pod, &container, &dir).await {
+            Ok(m) => environment(&context.client, &pod, &container, &ip.to_string())
+                .await
+                .map(|e| (m, e)),
+            Err(e) => Err(e),
+        };
+        match prepared {
+            Ok(p) => break p,
+            Err(e) => {
+                let status = waiting(&container, "CreateContainerConfigError", &e);
+                patch_status(&context, &pod, status).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if gone(&context, &ns, &pname, &uid).await {
+            return;
+        }
+    };
+    // The ServiceAccount's directory: bind-mounted at its real path in the container's own
+    // mount namespace where that can be done, else reached through `TFOPS_KUBECONFIG`.
+    let service_account = mounts
+        .iter()
+        .position(|(m, _)| m == SERVICE_ACCOUNT_DIR)
+        .map(|i| mounts[i].1.clone());
+    let mut identity_env = vec![
+        (
+            "KUBERNETES_SERVICE_HOST".to_string(),
+            context.api_host.clone(),
+        ),
+        (
+            "KUBERNETES_SERVICE_PORT".to_string(),
+            context.api_port.to_string(),
+        ),
+    ];
+    let mut bind_mount = None;
+    if let Some(sa) = &service_account {
+        if can_mount() {
+            mounts.retain(|(m, _)| m != SERVICE_ACCOUNT_DIR);
+            bind_mount = Some(sa.clone());
+        } else if let Ok(token) = std::fs::read_to_string(sa.join("token")) {
+            let kubeconfig = sa.join("kubeconfig");
+            if write_private(&kubeconfig, (context.kubeconfig)(&token).as_bytes()).is_ok() {
+                identity_env.push(("TFOPS_KUBECONFIG".into(), kubeconfig.display().to_string()));
+            }
+        }
+    }
+    let _ = &context.ca_pem;
+    let log_path = dir.join("container.log");
+    lock(&state.logs).insert(pod_ref(&ns, &pname), log_path.clone());
+    let tmp = rewrite("/tmp", &mounts);
+    let home = rewrite("/home/runner", &mounts);
+    let mut attempt = 0u32;
+    loop {
+        let log = match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+        {
+            Ok(f) => f,
+            Err(e) => {
+                patch_status(
+                    &context,
+                    &pod,
+                    waiting(&container, "CreateContainerError", &e.to_string()),
+                )
+                .await;
+                return;
+            }
+        };
+        let args: Vec<String> = container["command"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .skip(1)
+            .chain(container["args"].as_array().into_iter().flatten())
+            .filter_map(Value::as_str)
+            .map(|a| rewrite(a, &mounts))
+            .collect();
+        let mut cmd = match &bind_mount {
+            Some(sa) => {
+                // unshare(1) execs `sh`, which mounts and then execs the binary: the
+                // container's first process keeps its pid throughout.
+                let mut c = tokio::process::Command::new("/usr/bin/unshare");
+                c.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+                    .arg(format!(
+                        "mkdir -p {SERVICE_ACCOUNT_DIR} && mount --bind \"$0\" {SERVICE_ACCOUNT_DIR} && exec \"$@\""
+                    ))
+                    .arg(sa)
+                    .arg(&binary);
+                c
+            }
+            None => tokio::process::Command::new(&binary),
+        };
+        cmd.args(&args)
+            .env_clear()
+            .envs(&context.config.base_env)
+            .env("HOME", &home)
+            .env("TMPDIR", &tmp)
+            .env("TFOPS_LISTEN", ip.to_string())
+            .envs(identity_env.iter().cloned())
+            .envs(env.iter().map(|(k, v)| (k.clone(), rewrite(v, &mounts))))
+            .current_dir(&dir)
+            .stdin(std::process::Stdio::null())
+            .stderr(
+                log.try_clone()
+                    .map(std::process::Stdio::from)
+                    .unwrap_or_else(|_| std::process::Stdio::null()),
+            )
+            .stdout(log)
+            // Its own process group stands for the container: what it starts (Terraform)
+            // dies with it.
+            .process_group(0)
+            .kill_on_drop(true);
+        let started_at = now();
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let message = format!(
+                    "failed to start container \"{}\": {e}",
+                    container["name"].as_str().unwrap_or("")
+                );
+                terminated(
+                    &context,
+                    &pod,
+                    &container,
+                    128,
+                    "StartError",
+                    &message,
+                    &started_at,
+                    attempt,
+                    true,
+                )
+                .await;
+                return;
+            }
+        };
+        let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+        let limit = container["resources"]["limits"]["memory"]
+            .as_str()
+            .and_then(super::cgroup::parse_quantity);
+        super::cgroup::attach(&uid, u32::try_from(pid).unwrap_or(0), limit);
+        lock(&state.running).insert(
+            uid.clone(),
+            Running {
+                pid,
+                terminating: false,
+            },
+        );
+        let ready_at_once = container["ports"].as_array().is_none_or(|p| p.is_empty());
+        patch_status(
+            &context,
+            &pod,
+            json!({
+                "phase": "Running",
+                "podIP": ip.to_string(),
+                "podIPs": [{"ip": ip.to_string()}],
+                "hostIP": "127.0.0.1",
+                "hostIPs": [{"ip": "127.0.0.1"}],
+                "startTime": started_at,
+                "conditions": conditions(false),
+                "containerStatuses": [{
+                    "name": container["name"], "image": container["image"],
+                    "imageID": format!("local://{}", binary.display()),
+                    "containerID": format!("local://{pid}"),
+                    "ready": false, "started": true, "restartCount": attempt,
+                    "state": {"running": {"startedAt": started_at}},
+                }],
+            }),
+        )
+        .await;
+        let port = container["ports"][0]["containerPort"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(0);
+        let readiness = {
+            let (context, pod, container) = (context.clone(), pod.clone(), container.clone());
+            let started_at = started_at.clone();
+            tokio::spawn(async move {
+                if !ready_at_once {
+                    while tokio::net::TcpStream::connect((ip, port)).await.is_err() {
+                        tokio::time::sleep(Duration::from_millis(25)).await;
+                    }
+                }
+                let mut statuses = json!([{
+                    "name": container["name"], "image": container["image"],
+                    "imageID": format!("local://{}", container["image"].as_str().unwrap_or("")),
+                    "containerID": format!("local://{pid}"),
+                    "ready": true, "started": true, "restartCount": attempt,
+                    "state": {"running": {"startedAt": started_at}},
+                }]);
+                statuses[0]["imageID"] = json!(format!("local://{pid}"));
+                patch_status(
+                    &context,
+                    &pod,
+                    json!({"conditions": conditions(true), "containerStatuses": statuses}),
+                )
+                .await;
+            })
+        };
+        let status = child.wait().await;
+        // The container's first process is gone: so is the rest of the container.
+        kill_group(pid);
+        readiness.abort();
+        let _ = readiness.await;
+        let terminating = lock(&state.running)
+            .remove(&uid)
+            .is_some_and(|c| c.terminating);
+        let code = match &status {
+            Ok(s) => {
+                use std::os::unix::process::ExitStatusExt;
+                s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9))
+            }
+            Err(_) => 128,
+        };
+        let reason = if code == 0 {
+            "Completed"
+        } else if oom_killed(&uid) {
+            "OOMKilled"
+        } else {
+            "Error"
+        };
+        let message =
+            if code != 0 && container["terminationMessagePolicy"] == "FallbackToLogsOnError" {
+                log_tail(&log_path)
+            } else {
+                String::new()
+            };
+        let policy = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+        let restart = !terminating && (policy == "Always" || (policy == "OnFailure" && code != 0));
+        terminated(
+            &context,
+            &pod,
+            &container,
+            code,
+            reason,
+            &message,
+            &started_at,
+            attempt,
+            !restart,
+        )
+        .await;
+        if !restart {
+            return;
+        }
+        attempt += 1;
+        let backoff = Duration::from_millis(500 * u64::from(attempt.min(20)));
+        let name = container["name"].as_str().unwrap_or("");
+        patch_status(
+            &context,
+            &pod,
+            json!({"containerStatuses": [{
+                "name": container["name"], "image": container["image"], "imageID": "",
+                "ready": false, "started": false, "restartCount": attempt,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": format!("back-off restarting failed container {name}")}},
+            }]}),
+        )
+        .await;
+        tokio::time::sleep(backoff).await;
+        if gone(&context, &ns, &pname, &uid).await {
+            return;
+        }
+    }
+}
+
+/// Whether the Pod `ns/name` with `uid` is gone or being deleted.
+async fn gone(context: &Context, ns: &str, name: &str, uid: &str) -> bool {
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), ns);
+    match pods.get_opt(name).await {
+        Ok(Some(p)) => {
+            p.metadata.uid.as_deref() != Some(uid) || p.metadata.deletion_timestamp.is_some()
+        }
+        Ok(None) => true,
+        Err(_) => false,
+    }
+}
+
+/// Whether the kernel's OOM killer killed a process of the Pod's memory cgroup (a container
+/// runtime reports `OOMKilled` for a container that exits after an OOM event in its cgroup).
+fn oom_killed(uid: &str) -> bool {
+    super::cgroup::oom_kills(uid) > 0
+}
+
+/// The last 80 lines (at most 2048 bytes) of the log, as the kubelet's fallback message.
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+    let start = tail.len().saturating_sub(2048);
+    let start = (start..tail.len())
+        .find(|i| tail.is_char_boundary(*i))
+        .unwrap_or(0);
+    tail[start..].to_string()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn terminated(
+    context: &Context,
+    pod: &Value,
+    container: &Value,
+    code: i32,
+    reason: &str,
+    message: &str,
+    started_at: &Value,
+    attempt: u32,
+    last: bool,
+) {
+    let phase = if code == 0 { "Succeeded" } else { "Failed" };
+    let mut state =
+        json!({"exitCode": code, "reason": reason, "startedAt": started_at, "finishedAt": now()});
+    if !message.is_empty() {
+        state["message"] = json!(message);
+    }
+    let mut status = json!({
+        "conditions": conditions(false),
+        "containerStatuses": [{
+            "name": container["name"], "image": container["image"], "imageID": "",
+            "ready": false, "started": false, "restartCount": attempt,
+            "state": {"terminated": state.clone()},
+        }],
+    });
+    if last {
+        status["phase"] = json!(phase);
+    } else {
+        status["containerStatuses"][0]["lastState"] = json!({"terminated": state});
+    }
+    patch_status(context, pod, status).await;
+}
+
+/// A Pod being deleted: its process gets SIGTERM, then SIGKILL when the grace period ends;
+/// once it is gone (or never ran) the Pod is removed.
+fn terminate(context: &Arc<Context>, state: &Arc<State>, pod: &Value) {
+    let uid = text(&pod["metadata"]["uid"]);
+    let pid = {
+        let mut running = lock(&state.running);
+        match running.get_mut(&uid) {
+            Some(c) if !c.terminating => {
+                c.terminating = true;
+                Some(c.pid)
+            }
+            Some(_) => return,
+            None => None,
+        }
+    };
+    let grace = pod["metadata"]["deletionGracePeriodSeconds"]
+        .as_u64()
+        .unwrap_or(30);
+    let (context, state, pod) = (context.clone(), state.clone(), pod.clone());
+    tokio::spawn(async move {
+        if let Some(pid) = pid {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(grace);
+            let mut killed = false;
+            while lock(&state.running).contains_key(&uid) {
+                if tokio::time::Instant::now() >= deadline && !killed {
+                    kill_group(pid.as_raw());
+                    killed = true;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let key = pod_ref(
+                &text(&pod["metadata"]["namespace"]),
+                &text(&pod["metadata"]["name"]),
+            );
+            lock(&state.graceful).insert(key, !killed);
+        }
+        remove(&context, &state, &pod).await;
+    });
+}
+
+/// Deletes a Pod whose process is gone (grace period 0, this Pod's uid only) and its directory.
+async fn remove(context: &Context, state: &State, pod: &Value) {
+    let (ns, pname) = (
+        text(&pod["metadata"]["namespace"]),
+        text(&pod["metadata"]["name"]),
+    );
+    let uid = text(&pod["metadata"]["uid"]);
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &ns);
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.clone()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    if let Err(e) = pods.delete(&pname, &params).await {
+        tracing::debug!("deleting {ns}/{pname}: {e}");
+    }
+    lock(&state.started).remove(&uid);
+    super::cgroup::remove(&uid);
+    // Logs are kept by name (for `pods/log`), and a new Pod of the same name may already run:
+    // only this Pod's entry and directory (named by its uid) go.
+    let mut logs = lock(&state.logs);
+    let key = pod_ref(&ns, &pname);
+    let ours = logs
+        .get(&key)
+        .and_then(|log| log.parent())
+        .is_some_and(|dir| dir.to_string_lossy().ends_with(&format!("_{uid}")));
+    if ours && let Some(log) = logs.remove(&key) {
+        drop(logs);
+        if let Some(dir) = log.parent().map(PathBuf::from) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
