@@ -1,9 +1,7 @@
-//! End-to-end tests of tfops and their harness.
-//!
-//! [`cluster`]: a Kubernetes API server on loopback (in progress, issue 12). This crate will start
-//! the operator and runner processes against it, and the local mode against real `terraform`. The reconciler's
-//! property tests live with the reconciler, in `tfops-core/tests/`.
+//! End-to-end tests of tfops and their harness: Argo CD's Lua runtime for our health and action
+//! scripts ([`argocd_lua`]) and Git servers ([`git`]). The cluster the tests run on is the real
+//! control plane with a node agent, from the `tfops-testcluster` crate. The reconciler's property
+//! tests live with the reconciler, in `tfops-core/tests/`.
 
 pub mod argocd_lua;
-pub mod cluster;
 pub mod git;

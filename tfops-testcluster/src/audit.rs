@@ -24,6 +24,9 @@ pub struct Request {
     /// The Kubernetes verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
     /// `deletecollection`; for non-resource URLs the HTTP method in lower case).
     pub verb: String,
+    /// The HTTP method the verb was asked with (`GET` for get, list and watch; `POST` create;
+    /// `PUT` update; `PATCH` patch; `DELETE` delete and deletecollection).
+    pub method: String,
     /// The path, without the query.
     pub path: String,
     /// The query string (empty when none).
@@ -115,7 +118,17 @@ pub fn parse(text: &str) -> Vec<Request> {
             None => (e.request_uri.clone(), String::new()),
         };
         let object = e.object_ref.unwrap_or_default();
+        let method = match e.verb.as_str() {
+            "get" | "list" | "watch" => "GET",
+            "create" => "POST",
+            "update" => "PUT",
+            "patch" => "PATCH",
+            "delete" | "deletecollection" => "DELETE",
+            other => other,
+        }
+        .to_ascii_uppercase();
         out.push(Request {
+            method,
             verb: e.verb,
             path,
             query,
@@ -150,7 +163,7 @@ mod tests {
         );
         let r = parse(log);
         assert_eq!(r.len(), 2, "{r:?}");
-        assert_eq!(r[0].verb, "watch");
+        assert_eq!((r[0].verb.as_str(), r[0].method.as_str()), ("watch", "GET"));
         assert_eq!(r[0].path, "/api/v1/namespaces/team-a/pods");
         assert!(r[0].query.starts_with("watch=true"));
         assert_eq!(

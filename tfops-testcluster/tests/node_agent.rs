@@ -178,3 +178,55 @@ async fn a_memory_limit_oom_kills_and_a_deletion_honours_the_grace_period() {
     let node = cluster.node().unwrap();
     assert_eq!(node.stopped_by_sigterm("team-a", "stubborn"), Some(false));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cordoned_node_takes_no_pod_until_uncordoned_and_an_oom_kills_the_whole_container() {
+    let (cluster, admin, _dir) = cluster().await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "team-a");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(admin.clone());
+    let cordon = |on: bool| {
+        let nodes = nodes.clone();
+        async move {
+            nodes
+                .patch(
+                    "node-1",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"spec": {"unschedulable": on}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    cordon(true).await;
+    let pp = PostParams::default();
+    // The OOM killer takes the largest process, `tail`, not the shell that started it; the
+    // whole container goes with it, as with cgroup v2's memory.oom.group.
+    pods.create(
+        &pp,
+        &from_json(json!({
+            "metadata": {"name": "waits"},
+            "spec": {"serviceAccountName": "runner", "restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "shell", "args": ["-c", "tail /dev/zero; sleep 600"],
+                "resources": {"limits": {"memory": "32Mi"}},
+            }]},
+        })),
+    )
+    .await
+    .unwrap();
+    let p = wait_pod(&pods, "waits", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.reason.as_deref() == Some("Unschedulable"))
+            })
+    })
+    .await;
+    assert_eq!(phase(&p), "Pending");
+    assert!(p.spec.unwrap().node_name.is_none());
+    cordon(false).await;
+    let killed = wait_pod(&pods, "waits", |p| phase(p) == "Failed").await;
+    assert_eq!(terminated(&killed), Some((137, "OOMKilled".into())));
+    drop(cluster);
+}

@@ -1,5 +1,5 @@
-//! What the conformance tests share: kube-rs clients and a kubeconfig file for a running
-//! loopback cluster, a namespace, the Widget CRD, the state backend's RBAC, kubectl as a
+//! What the cluster tests share: kube-rs clients and a kubeconfig file for a running test
+//! cluster (the real control plane, `tfops-testcluster`), a namespace, the Widget CRD, the state backend's RBAC, kubectl as a
 //! process, and small conversions.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,20 +14,16 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use tests::cluster::LoopbackCluster;
+use tfops_testcluster::TestCluster;
 
-/// A kube-rs client authenticated as the admin, from the cluster's kubeconfig.
-pub async fn client(cluster: &LoopbackCluster) -> kube::Client {
-    client_for(cluster, &cluster.admin_token).await
+/// A kube-rs client authenticated as the admin (a `system:masters` client certificate).
+pub async fn client(cluster: &TestCluster) -> kube::Client {
+    cluster.client().await.unwrap()
 }
 
 /// A kube-rs client authenticated with `token`.
-pub async fn client_for(cluster: &LoopbackCluster, token: &str) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig_for(token)).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
+pub async fn client_for(cluster: &TestCluster, token: &str) -> kube::Client {
+    cluster.client_for(token).await.unwrap()
 }
 
 /// The `Status` of an API error (panics on any other error).
@@ -96,21 +92,32 @@ pub async fn namespace(client: &kube::Client, name: &str) {
 
 /// The admin kubeconfig written to a file in a fresh directory (kept while the `TempDir`
 /// lives).
-pub fn kubeconfig_file(cluster: &LoopbackCluster) -> (tempfile::TempDir, PathBuf) {
+pub fn kubeconfig_file(cluster: &TestCluster) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubeconfig");
     std::fs::write(&path, cluster.kubeconfig()).unwrap();
     (dir, path)
 }
 
-/// Runs kubectl (part of this machine image) with `kubeconfig`: success, stdout, stderr.
+/// The kubectl built with the control plane (`scripts/install-kubernetes`), else the one on
+/// `PATH`.
+pub fn kubectl_binary() -> PathBuf {
+    let built = tfops_testcluster::Binaries::locate().dir.join("kubectl");
+    if built.is_file() {
+        built
+    } else {
+        PathBuf::from("kubectl")
+    }
+}
+
+/// Runs kubectl with `kubeconfig`: success, stdout, stderr.
 pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new("kubectl")
+    let out = Command::new(kubectl_binary())
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(args)
         .output()
-        .expect("kubectl (part of this machine image)");
+        .expect("kubectl (scripts/install-kubernetes builds it)");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -297,12 +304,12 @@ pub async fn grant_runner(client: &kube::Client, namespace: &str, account: &str)
     .await;
 }
 
-/// A loopback cluster whose kubelet runs the runner image as this workspace's
-/// `tfops-runner`, with Terraform (`TFOPS_TERRAFORM`) on hand; its Pod directories live in the
-/// returned directory.
-pub async fn cluster_with_kubelet() -> (LoopbackCluster, tempfile::TempDir) {
-    use tests::cluster::Options;
-    use tests::cluster::kubelet::KubeletConfig;
+/// A test cluster whose node agent runs the runner image as this workspace's `tfops-runner`,
+/// with Terraform (`TFOPS_TERRAFORM`) on hand; its Pod directories live in the returned
+/// directory.
+pub async fn cluster_with_kubelet() -> (TestCluster, tempfile::TempDir) {
+    use tfops_testcluster::Options;
+    use tfops_testcluster::node::NodeConfig;
     let root = tempfile::tempdir().unwrap();
     let terraform =
         std::env::var("TFOPS_TERRAFORM").unwrap_or_else(|_| "/usr/local/bin/terraform".into());
@@ -314,17 +321,19 @@ pub async fn cluster_with_kubelet() -> (LoopbackCluster, tempfile::TempDir) {
         ("TFOPS_TERRAFORM".to_string(), terraform),
     ]
     .into();
-    let cluster = LoopbackCluster::start_with(Options {
-        kubelet: Some(KubeletConfig {
+    let cluster = TestCluster::start_with(Options {
+        node: Some(NodeConfig {
+            name: None,
             images: [(RUNNER_IMAGE.to_string(), runner_binary())].into(),
             root: root.path().to_path_buf(),
             base_env,
         }),
+        binaries: None,
     })
     .await
     .unwrap();
     (cluster, root)
 }
 
-/// The runner image the loopback kubelet knows.
+/// The runner image the node agent knows.
 pub const RUNNER_IMAGE: &str = "ghcr.io/tfops/tfops-runner";

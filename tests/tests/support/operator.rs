@@ -1,4 +1,4 @@
-//! The whole operator on the loopback cluster: the CRDs, the RBAC of `config/rbac/` bound to
+//! The whole operator on the test cluster: the CRDs, the RBAC of `config/rbac/` bound to
 //! the controller's and the runners' ServiceAccounts, a Git repository, and the manager
 //! running as a process with the controller's ServiceAccount token, which a test can kill and
 //! start again.
@@ -13,8 +13,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::await_condition;
 use serde_json::json;
-use tests::cluster::LoopbackCluster;
 use tfops_kube::Terraform;
+use tfops_testcluster::TestCluster;
 
 use super::git::GitDaemon;
 use super::manager::Manager;
@@ -35,7 +35,7 @@ output "greeting" {
 /// The operator and its cluster.
 pub struct Operator {
     /// The cluster (with its kubelet).
-    pub cluster: LoopbackCluster,
+    pub cluster: TestCluster,
     /// An admin client (what the test, as a user, does).
     pub admin: kube::Client,
     /// The Git server; repository `infra` holds [`CONFIG`].
@@ -50,7 +50,7 @@ pub struct Operator {
 }
 
 /// A kubeconfig file authenticating with `token`, in a fresh directory.
-pub fn kubeconfig_dir_for(cluster: &LoopbackCluster, token: &str) -> (tempfile::TempDir, PathBuf) {
+pub fn kubeconfig_dir_for(cluster: &TestCluster, token: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubeconfig");
     std::fs::write(&path, cluster.kubeconfig_for(token)).unwrap();
@@ -139,6 +139,7 @@ impl Operator {
         .await;
         let token = cluster
             .service_account_token("tfops-system", "tfops-controller")
+            .await
             .unwrap();
         let controller_kubeconfig = kubeconfig_dir_for(&cluster, &token);
         let git = GitDaemon::start();

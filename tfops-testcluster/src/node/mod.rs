@@ -89,6 +89,10 @@ struct State {
     /// How deleted Pods stopped: `true` on SIGTERM, `false` killed when the grace period ran
     /// out; by `namespace/name`.
     graceful: Mutex<HashMap<String, bool>>,
+    /// Whether the Node is cordoned (`spec.unschedulable`): no Pod is bound to it then.
+    cordoned: std::sync::atomic::AtomicBool,
+    /// Unscheduled Pods waiting for the Node to take Pods again (`namespace/name` → uid).
+    unscheduled: Mutex<HashMap<String, String>>,
 }
 
 /// A lock that survives a panicked holder (the maps stay consistent: each write is one
@@ -162,12 +166,13 @@ impl NodeAgent {
             }),
         });
         let heartbeat = tokio::spawn(heartbeat(client.clone(), name.clone()));
+        let node = tokio::spawn(watch_node(context.clone(), state.clone()));
         let pods = tokio::spawn(run(context, state.clone()));
         Ok(Self {
             name,
             state,
             client,
-            tasks: vec![logs_task, heartbeat, pods],
+            tasks: vec![logs_task, heartbeat, node, pods],
         })
     }
 
@@ -299,6 +304,32 @@ async fn heartbeat(client: kube::Client, name: String) {
             )
             .await;
         tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+}
+
+/// Follows the Node's `spec.unschedulable` (`kubectl cordon`/`uncordon`): Pods that waited
+/// while it was cordoned are bound once it is not.
+async fn watch_node(context: Arc<Context>, state: Arc<State>) {
+    use std::sync::atomic::Ordering;
+    let nodes: Api<Node> = Api::all(context.client.clone());
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", context.node));
+    let mut events = std::pin::pin!(watcher(nodes, config));
+    while let Some(event) = events.next().await {
+        let node = match event {
+            Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => n,
+            _ => continue,
+        };
+        let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        state.cordoned.store(cordoned, Ordering::SeqCst);
+        if cordoned {
+            continue;
+        }
+        let waiting: Vec<(String, String)> = lock(&state.unscheduled).drain().collect();
+        for (key, uid) in waiting {
+            if let Some((ns, name)) = key.split_once('/') {
+                pod::bind(&context, ns, name, &uid).await;
+            }
+        }
     }
 }
 

@@ -77,9 +77,28 @@ pub(super) async fn sync(context: &Arc<Context>, state: &Arc<State>, pod: Value,
         let scheduler = pod["spec"]["schedulerName"]
             .as_str()
             .unwrap_or("default-scheduler");
-        if scheduler == "default-scheduler" {
-            bind(context, &ns, &name, &uid).await;
+        if scheduler != "default-scheduler" {
+            return;
         }
+        // The Node as the API server has it now (a scheduler's cache could lag a `cordon` that
+        // a test made just before creating the Pod).
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(context.client.clone());
+        let cordoned = match nodes.get(&context.node).await {
+            Ok(n) => n.spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            Err(_) => state.cordoned.load(std::sync::atomic::Ordering::SeqCst),
+        };
+        if cordoned {
+            // As the scheduler says when no node can take the Pod; bound at `uncordon`.
+            lock(&state.unscheduled).insert(pod_ref(&ns, &name), uid.clone());
+            let message = "0/1 nodes are available: 1 node(s) were unschedulable.";
+            let status = json!({"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": message, "lastTransitionTime": now(),
+            }]});
+            patch_status(context, &pod, status).await;
+            return;
+        }
+        bind(context, &ns, &name, &uid).await;
         return;
     }
     if node != context.node {
@@ -99,7 +118,7 @@ pub(super) async fn sync(context: &Arc<Context>, state: &Arc<State>, pod: Value,
 }
 
 /// Binds the Pod to this node, as the scheduler would.
-async fn bind(context: &Context, ns: &str, name: &str, uid: &str) {
+pub(super) async fn bind(context: &Context, ns: &str, name: &str, uid: &str) {
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), ns);
     let binding = json!({
         "apiVersion": "v1", "kind": "Binding",
@@ -344,6 +363,8 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
                 terminating: false,
             },
         );
+        let oom_before = super::cgroup::oom_kills(&uid);
+        let oom_group = tokio::spawn(oom_group_kill(uid.clone(), pid, oom_before));
         let ready_at_once = container["ports"].as_array().is_none_or(|p| p.is_empty());
         patch_status(
             &context,
@@ -396,6 +417,7 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
             })
         };
         let status = child.wait().await;
+        oom_group.abort();
         // The container's first process is gone: so is the rest of the container.
         kill_group(pid);
         readiness.abort();
@@ -412,7 +434,7 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
         };
         let reason = if code == 0 {
             "Completed"
-        } else if oom_killed(&uid) {
+        } else if super::cgroup::oom_kills(&uid) > oom_before {
             "OOMKilled"
         } else {
             "Error"
@@ -460,6 +482,20 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
     }
 }
 
+/// Kills the whole container once the OOM killer has killed any process of it, as a kubelet
+/// on cgroup v2 does (`memory.oom.group`, its default since 1.28): the container is then
+/// reported `OOMKilled`. (cgroup v1 has no such switch: without this only the largest process
+/// would die.) Polls the cgroup's OOM kill count every 50 ms.
+async fn oom_group_kill(uid: String, pid: i32, before: u64) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if super::cgroup::oom_kills(&uid) > before {
+            kill_group(pid);
+            return;
+        }
+    }
+}
+
 /// Whether the Pod `ns/name` with `uid` is gone or being deleted.
 async fn gone(context: &Context, ns: &str, name: &str, uid: &str) -> bool {
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), ns);
@@ -470,12 +506,6 @@ async fn gone(context: &Context, ns: &str, name: &str, uid: &str) -> bool {
         Ok(None) => true,
         Err(_) => false,
     }
-}
-
-/// Whether the kernel's OOM killer killed a process of the Pod's memory cgroup (a container
-/// runtime reports `OOMKilled` for a container that exits after an OOM event in its cgroup).
-fn oom_killed(uid: &str) -> bool {
-    super::cgroup::oom_kills(uid) > 0
 }
 
 /// The last 80 lines (at most 2048 bytes) of the log, as the kubelet's fallback message.
