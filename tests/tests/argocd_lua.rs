@@ -173,7 +173,7 @@ fn creatable(object: &Value) -> Value {
 async fn actions_make_the_documented_edits_which_the_api_server_accepts() {
     let dir = customization().join("actions");
     let lua = argocd_lua::runtime(NOW).unwrap();
-    let cluster = tests::cluster::LoopbackCluster::start().await.unwrap();
+    let cluster = tfops_testcluster::TestCluster::start().await.unwrap();
     let client = support::client(&cluster).await;
     support::terraform_crd_served(&client).await;
     support::namespace(&client, "team-a").await;

@@ -78,7 +78,11 @@ async fn person(
         )
         .await;
     }
-    let token = op.cluster.service_account_token("team-a", name).unwrap();
+    let token = op
+        .cluster
+        .service_account_token("team-a", name)
+        .await
+        .unwrap();
     kubeconfig_dir_for(&op.cluster, &token)
 }
 
@@ -323,7 +327,7 @@ async fn logs_follow_prints_a_run_while_it_goes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_without_the_crd_is_named_as_such() {
-    let cluster = tests::cluster::LoopbackCluster::start().await.unwrap();
+    let cluster = tfops_testcluster::TestCluster::start().await.unwrap();
     let (_dir, kubeconfig) = support::kubeconfig_file(&cluster);
     let (code, _, err) = tfops(&kubeconfig, &["get"]);
     assert_eq!(code, 2);

@@ -514,6 +514,7 @@ async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
     flags.extend(["--runner-pod-image".into(), image]);
     let token = cluster
         .service_account_token(NAMESPACE, "tfops-controller")
+        .await
         .unwrap();
     let (_controller_dir, controller_kubeconfig) =
         support::operator::kubeconfig_dir_for(&cluster, &token);
@@ -564,6 +565,7 @@ async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
         &cluster,
         &cluster
             .service_account_token("team-a", "tf-runner")
+            .await
             .unwrap(),
     )
     .await;
@@ -643,7 +645,7 @@ async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
 /// `config/default` and a namespace overlay of `config/runner` install with kubectl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kustomize_tree_installs_with_kubectl() {
-    let cluster = tests::cluster::LoopbackCluster::start().await.unwrap();
+    let cluster = tfops_testcluster::TestCluster::start().await.unwrap();
     let (_dir, kubeconfig) = support::kubeconfig_file(&cluster);
     let config = repo().join("config");
     let (ok, out, err) = support::kubectl(

@@ -1,4 +1,4 @@
-//! The plan store on the loopback cluster: plans round-trip through Secrets and ConfigMaps
+//! The plan store on the test cluster: plans round-trip through Secrets and ConfigMaps
 //! with their labels, annotations and owner reference; a plan of more than 2 MiB is chunked
 //! and read back whole; a smaller plan replaces a larger one without leftovers; a reader racing
 //! saves only ever gets one whole plan; damage is reported, never returned as a plan; and
@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
-use tests::cluster::LoopbackCluster;
+use tfops_testcluster::TestCluster;
 use tfops_core::api::ObjectKey;
 use tfops_core::plan::CodecConfig;
 use tfops_core::ports::{PlanStore, PortError, ShownPlan, StoredPlan};
@@ -51,14 +51,14 @@ fn plan(id: &str, binary: Vec<u8>, readable: String) -> StoredPlan {
 }
 
 struct World {
-    _cluster: LoopbackCluster,
+    _cluster: TestCluster,
     client: kube::Client,
     key: ObjectKey,
     object: Terraform,
 }
 
 async fn world() -> World {
-    let cluster = LoopbackCluster::start().await.unwrap();
+    let cluster = TestCluster::start().await.unwrap();
     let client = support::client(&cluster).await;
     support::terraform_crd_served(&client).await;
     support::namespace(&client, "team").await;

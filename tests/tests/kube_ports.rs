@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use tests::cluster::LoopbackCluster;
+use tfops_testcluster::TestCluster;
 use tfops_core::api::{
     FINALIZER, ObjectKey, TerraformObject, TerraformStatus, WriteOutputsToSecret,
 };
@@ -28,14 +28,14 @@ use tfops_kube::{
 };
 
 struct World {
-    _cluster: LoopbackCluster,
+    _cluster: TestCluster,
     client: kube::Client,
     key: ObjectKey,
     object: Terraform,
 }
 
 async fn world(spec: serde_json::Value) -> World {
-    let cluster = LoopbackCluster::start().await.unwrap();
+    let cluster = TestCluster::start().await.unwrap();
     let client = support::client(&cluster).await;
     support::terraform_crd_served(&client).await;
     support::namespace(&client, "team").await;

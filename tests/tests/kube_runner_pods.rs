@@ -1,4 +1,4 @@
-//! Runner Pods through tfops-kube's runner port, on the loopback cluster with its kubelet, the
+//! Runner Pods through tfops-kube's runner port, on the test cluster with its node agent, the
 //! real runner and Terraform: a whole run in a Pod shaped by seed 002, plans and outputs
 //! written by the runner as its ServiceAccount, the Pod gone afterwards; a kept Pod reused
 //! and replaced once the certificate changes; a new session waiting for a command an earlier
@@ -12,11 +12,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::wait::await_condition;
 use serde_json::json;
-use tests::cluster::LoopbackCluster;
 use tfops_core::api::{RunnerRole, TerraformObject};
 use tfops_core::ports::{
     Artifact, OutputsRequest, PlanKind, PlanRequest, PlanToStore, PortError, RunnerPort,
@@ -26,7 +25,7 @@ use tfops_kube::runner::pki::{ControllerPki, Validity};
 use tfops_kube::{KubeRunnerPort, RunnerSettings};
 
 struct World {
-    cluster: LoopbackCluster,
+    cluster: tfops_testcluster::TestCluster,
     client: kube::Client,
     pki: Arc<ControllerPki>,
     _root: tempfile::TempDir,
@@ -251,22 +250,19 @@ async fn start_error(port: &KubeRunnerPort, object: &TerraformObject) -> PortErr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_that_cannot_serve_fail_with_their_reason_and_are_not_left_behind() {
     let w = world().await;
-    let kubelet = w.cluster.kubelet().unwrap().clone();
     let pods: Api<Pod> = Api::namespaced(w.client.clone(), "team-a");
 
-    // Never Ready: the creation timeout, with what the Pod was doing.
+    // Never Ready (no node takes it: cordoned): the creation timeout, with what the Pod was
+    // doing.
     let quick = port(&w, Duration::from_secs(3));
     let stuck = object(&w, "stuck", json!({})).await;
-    kubelet.inject(
-        "team-a",
-        "stuck-tf-runner",
-        tests::cluster::kubelet::Fault::NeverReady,
-    );
+    support::cordon(&w.client, true).await;
     match start_error(&quick, &stuck).await {
         PortError::Unavailable(m) => assert!(m.contains("did not become Ready within 3 s"), "{m}"),
         other => panic!("{other:?}"),
     }
     gone(&pods, "stuck-tf-runner").await;
+    support::cordon(&w.client, false).await;
 
     // An image the node cannot run: at once, with the kubelet's reason.
     let port = port(&w, Duration::from_secs(60));
@@ -295,15 +291,7 @@ async fn pods_that_cannot_serve_fail_with_their_reason_and_are_not_left_behind()
     }
 
     // A quota with no room for another Pod.
-    Api::<ResourceQuota>::namespaced(w.client.clone(), "team-a")
-        .create(
-            &PostParams::default(),
-            &support::from_json(
-                json!({"metadata": {"name": "pods"}, "spec": {"hard": {"pods": "0"}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    support::quota(&w.client, "team-a", "pods", json!({"pods": "0"})).await;
     let over = object(&w, "over", json!({})).await;
     match start_error(&port, &over).await {
         PortError::QuotaExhausted(m) => assert!(m.contains("exceeded quota"), "{m}"),
@@ -314,20 +302,24 @@ async fn pods_that_cannot_serve_fail_with_their_reason_and_are_not_left_behind()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_oom_killed_mid_apply_is_reported_at_once_with_its_reason() {
     let w = world().await;
-    let kubelet = w.cluster.kubelet().unwrap().clone();
     let port = port(&w, Duration::from_secs(60));
-    let object = object(&w, "slow", json!({})).await;
+    // A memory limit on the runner container, and an apply that outgrows it once `gate` exists.
+    let limit = json!({"runner": {"podTemplate": {"spec": {"resources": {"limits": {"memory": "512Mi"}}}}}});
+    let object = object(&w, "slow", limit).await;
+    let gate = tempfile::tempdir().unwrap();
+    let gate = gate.path().join("go");
     let slow = format!(
-        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep 120\"\n  }}\n}}\n"
+        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"while [ ! -e '{}' ]; do sleep 0.1; done; exec tail /dev/zero\"\n  }}\n}}\n",
+        gate.display()
     );
     let mut s = port.start(&object, RunnerRole::Plan).await.unwrap();
     s.setup(&setup(&object, &slow)).await.unwrap();
     s.init().await.unwrap();
     s.plan(&normal()).await.unwrap();
     let killer = {
-        let (kubelet, client) = (kubelet.clone(), w.client.clone());
+        let client = w.client.clone();
         tokio::spawn(async move {
-            // Once the apply holds the state lock, the container is OOM-killed.
+            // Once the apply holds the state lock, the apply outgrows the limit.
             let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
                 Api::namespaced(client, "team-a");
             loop {
@@ -336,7 +328,7 @@ async fn a_runner_oom_killed_mid_apply_is_reported_at_once_with_its_reason() {
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            assert!(kubelet.oom_kill("team-a", "slow-tf-runner"));
+            std::fs::write(&gate, "").unwrap();
         })
     };
     let applied = tokio::time::timeout(Duration::from_secs(60), s.apply("apply-1"))

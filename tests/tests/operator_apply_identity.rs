@@ -20,7 +20,6 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::operator::{Operator, condition, ready_with, upstream_state};
-use tests::cluster::kubelet::Fault;
 
 const PLAN_SA: &str = "system:serviceaccount:team-a:tf-plan";
 const APPLY_SA: &str = "system:serviceaccount:team-a:tf-apply";
@@ -36,11 +35,11 @@ fn config(upstream: &std::path::Path) -> String {
 resource "terraform_data" "managed" {{
   input = data.terraform_remote_state.upstream.outputs.color
   provisioner "local-exec" {{
-    command = "kubectl --kubeconfig \"$TFOPS_KUBECONFIG\" -n infra-out create configmap managed-${{self.input}} --from-literal=color=${{self.input}}"
+    command = "kubectl -n infra-out create configmap managed-${{self.input}} --from-literal=color=${{self.input}}"
   }}
   provisioner "local-exec" {{
     when    = destroy
-    command = "kubectl --kubeconfig \"$TFOPS_KUBECONFIG\" -n infra-out delete configmap managed-${{self.input}}"
+    command = "kubectl -n infra-out delete configmap managed-${{self.input}}"
   }}
 }}
 "#,
@@ -210,8 +209,8 @@ async fn the_plan_identity_cannot_apply_and_the_apply_runner_applies_only_what_w
 
     // Approved, but the upstream state changes while the apply runner starts: its plan does
     // something else, so nothing is applied and the new plan is pending.
-    let kubelet = op.cluster.kubelet().unwrap().clone();
-    kubelet.inject("team-a", "guarded-tf-runner-apply", Fault::NeverReady);
+    // No node takes the apply runner's Pod for now (cordoned): it is created, not scheduled.
+    support::cordon(&op.admin, true).await;
     op.approve("guarded", &first.plan.pending, "t1").await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(op.admin.clone(), "team-a");
     tokio::time::timeout(
@@ -224,7 +223,7 @@ async fn the_plan_identity_cannot_apply_and_the_apply_runner_applies_only_what_w
     .expect("the approved plan reached the apply runner")
     .unwrap();
     upstream_state(&file, "blue", 2);
-    kubelet.heal("team-a", "guarded-tf-runner-apply");
+    support::cordon(&op.admin, false).await;
     let approved = first.plan.pending_digest.clone();
     let t = op
         .wait_for("guarded", "found the plan changed", 180, move |t| {

@@ -7,9 +7,9 @@
 mod support;
 
 use k8s_openapi::api::core::v1::ResourceQuota;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use support::operator::{Operator, applying, condition, ready_with, slow};
+use support::operator::{Operator, applying, condition, hungry, ready_with, slow};
 
 async fn annotate(op: &Operator, name: &str, annotations: serde_json::Value) {
     op.terraforms()
@@ -26,19 +26,27 @@ fn reason_is(t: &tfops_kube::Terraform, reason: &str) -> bool {
     condition(t, "Ready").is_some_and(|(_, r, _)| r == reason)
 }
 
-/// A runner killed (`oom`: by the OOM killer) mid-apply: reported with the container's
-/// reason; the killed Terraform's lock then stops the next run (its state may be partial)
-/// and is shown in status, whose lock id this returns.
+/// A runner killed mid-apply (its process crashes; `oom`: its apply grows past the runner
+/// Pod's memory limit and the kernel's OOM killer ends the container): reported with the
+/// container's reason; the killed Terraform's lock then stops the next run (its state may be
+/// partial) and is shown in status, whose lock id this returns.
 async fn killed_mid_apply(op: &Operator, name: &str, oom: bool) -> String {
-    let kubelet = op.cluster.kubelet().unwrap().clone();
-    op.apply(&op.manifest(name, json!({"approvePlan": "auto"})));
+    let gate = tempfile::tempdir().unwrap();
+    let runner = if oom {
+        support::operator::memory_limit("512Mi")
+    } else {
+        json!({})
+    };
+    op.git
+        .commit("infra", &[("main.tf", &hungry(&gate.path().join("go")))]);
+    op.apply(&op.manifest(name, json!({"approvePlan": "auto", "runner": runner})));
     applying(op, name).await;
     let pod = format!("{name}-tf-runner");
-    assert!(if oom {
-        kubelet.oom_kill("team-a", &pod)
+    if oom {
+        std::fs::write(gate.path().join("go"), "").unwrap();
     } else {
-        kubelet.kill("team-a", &pod)
-    });
+        assert!(op.cluster.node().unwrap().kill("team-a", &pod));
+    }
     let said = if oom {
         "OOMKilled (exit code 137)"
     } else {
@@ -75,7 +83,6 @@ async fn killed_mid_apply(op: &Operator, name: &str, oom: bool) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn runners_killed_or_oom_killed_mid_apply_are_reported_and_the_next_run_succeeds() {
     let op = Operator::start().await;
-    op.git.commit("infra", &[("main.tf", &slow(300))]);
     let killed = killed_mid_apply(&op, "killed", false).await;
     let oom = killed_mid_apply(&op, "oom", true).await;
     // The slow resource is made quick; the user releases each lock with the id status shows
@@ -98,12 +105,8 @@ async fn runners_killed_or_oom_killed_mid_apply_are_reported_and_the_next_run_su
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pod_never_ready_and_a_full_quota_end_in_their_reasons_then_runs_succeed() {
     let op = Operator::start_with(&["--runner-creation-timeout", "4s"]).await;
-    let kubelet = op.cluster.kubelet().unwrap().clone();
-    kubelet.inject(
-        "team-a",
-        "stuck-tf-runner",
-        tests::cluster::kubelet::Fault::NeverReady,
-    );
+    // No node takes Pods (cordoned): the runner Pod is never scheduled, never Ready.
+    support::cordon(&op.admin, true).await;
     op.apply(&op.manifest("stuck", json!({"approvePlan": "auto"})));
     let t = op
         .wait_for("stuck", "gave up on the Pod", 60, |t| {
@@ -115,22 +118,14 @@ async fn a_pod_never_ready_and_a_full_quota_end_in_their_reasons_then_runs_succe
         message.contains("did not become Ready within 4 s"),
         "{message}"
     );
-    kubelet.heal("team-a", "stuck-tf-runner");
+    support::cordon(&op.admin, false).await;
     op.wait_for("stuck", "applied once the Pod could start", 120, |t| {
         ready_with(t, "TerraformAppliedSucceed")
     })
     .await;
 
     let quotas: Api<ResourceQuota> = Api::namespaced(op.admin.clone(), "team-a");
-    quotas
-        .create(
-            &PostParams::default(),
-            &support::from_json(
-                json!({"metadata": {"name": "pods"}, "spec": {"hard": {"pods": "0"}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    support::quota(&op.admin, "team-a", "pods", json!({"pods": "0"})).await;
     op.apply(&op.manifest("over", json!({"approvePlan": "auto"})));
     let t = op
         .wait_for("over", "reported the quota", 60, |t| {

@@ -51,6 +51,7 @@ async fn second_identity(op: &Operator) -> (tempfile::TempDir, std::path::PathBu
     let token = op
         .cluster
         .service_account_token("tfops-system", "tfops-controller-b")
+        .await
         .unwrap();
     kubeconfig_dir_for(&op.cluster, &token)
 }

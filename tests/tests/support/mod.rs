@@ -335,5 +335,41 @@ pub async fn cluster_with_kubelet() -> (TestCluster, tempfile::TempDir) {
     (cluster, root)
 }
 
+/// Creates the ResourceQuota `name` in `namespace` with `hard`, and waits until the quota
+/// controller has recorded it in status: only then does quota admission enforce it (a Pod
+/// created before slips through, as on any cluster).
+pub async fn quota(client: &kube::Client, namespace: &str, name: &str, hard: serde_json::Value) {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), namespace);
+    quotas
+        .create(
+            &PostParams::default(),
+            &from_json(json!({"metadata": {"name": name}, "spec": {"hard": hard}})),
+        )
+        .await
+        .unwrap();
+    let counted = kube::runtime::wait::await_condition(quotas, name, |q: Option<&ResourceQuota>| {
+        q.and_then(|q| q.status.as_ref()?.hard.as_ref())
+            .is_some_and(|h| !h.is_empty())
+    });
+    tokio::time::timeout(std::time::Duration::from_secs(60), counted)
+        .await
+        .expect("the quota controller counted the quota")
+        .unwrap();
+}
+
+/// Cordons (`true`) or uncordons the test cluster's Node, as `kubectl cordon` does: a Pod
+/// created while it is cordoned is not scheduled (so never Ready) until it is uncordoned.
+pub async fn cordon(client: &kube::Client, on: bool) {
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            "node-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"unschedulable": on}})),
+        )
+        .await
+        .unwrap();
+}
+
 /// The runner image the node agent knows.
 pub const RUNNER_IMAGE: &str = "ghcr.io/tfops/tfops-runner";

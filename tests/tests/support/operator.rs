@@ -342,6 +342,21 @@ pub fn slow(seconds: u32) -> String {
     )
 }
 
+/// [`CONFIG`] with a resource whose apply waits until the file `gate` exists, then grows without
+/// bound (`tail` of an endless line keeps it all in memory): in a runner Pod with a memory
+/// limit, the kernel's OOM killer ends it, and the container with it.
+pub fn hungry(gate: &std::path::Path) -> String {
+    format!(
+        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"while [ ! -e '{}' ]; do sleep 0.1; done; exec tail /dev/zero\"\n  }}\n}}\n",
+        gate.display()
+    )
+}
+
+/// The `spec.runner` part giving the runner container a memory limit of `limit`.
+pub fn memory_limit(limit: &str) -> serde_json::Value {
+    json!({"podTemplate": {"spec": {"resources": {"limits": {"memory": limit}}}}})
+}
+
 /// Waits until the object's apply holds the state lock (Terraform is applying): the apply is
 /// recorded in status before it starts, after the plan released its lock.
 pub async fn applying(op: &Operator, name: &str) {

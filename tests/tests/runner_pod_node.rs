@@ -1,10 +1,11 @@
-//! The kubelet stand-in, judged with the real runner binary and the real Terraform: a runner
-//! Pod created through the API becomes a process on its own loopback address, Ready when its
-//! port accepts, reachable over mTLS with the certificates of its Secret volume; a whole run
-//! through it writes Terraform's state with the Pod's ServiceAccount; deletion stops it
-//! gracefully; the faults a test injects (never Ready, killed mid-run, OOM-killed, image not
-//! runnable, a missing Secret) end as a kubelet reports them; ResourceQuota refuses a Pod
-//! over quota with the real message.
+//! A runner Pod on the real API server and the node agent, with the real runner binary and the
+//! real Terraform: a runner Pod created through the API becomes a process on its own loopback
+//! address, Ready when its port accepts, reachable over mTLS with the certificates of its
+//! Secret volume; a whole run through it writes Terraform's state with the Pod's
+//! ServiceAccount (its projected token, read by in-cluster configuration); deletion stops it
+//! gracefully; faults as they happen in a cluster (the process killed, no node to take the
+//! Pod, an image not runnable, a missing Secret) end as a kubelet reports them;
+//! ResourceQuota admission refuses a Pod over quota with the real message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -14,8 +15,8 @@ use k8s_openapi::api::core::v1::{Pod, ResourceQuota, Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
-use tests::cluster::kubelet::{Fault, KubeletConfig};
-use tests::cluster::{LoopbackCluster, Options};
+use tfops_testcluster::node::NodeConfig;
+use tfops_testcluster::{Options, TestCluster};
 use tfops_runner::client::{ClientTls, RunnerClient, Session};
 use tfops_runner::tls::{Pki, runner_server_name};
 
@@ -28,7 +29,7 @@ fn terraform() -> String {
 }
 
 struct Fixture {
-    cluster: LoopbackCluster,
+    cluster: TestCluster,
     client: kube::Client,
     pki: Pki,
     _root: tempfile::TempDir,
@@ -42,12 +43,14 @@ async fn fixture() -> Fixture {
         std::env::var("PATH").unwrap_or_default(),
     );
     base_env.insert("TFOPS_TERRAFORM".to_string(), terraform());
-    let cluster = LoopbackCluster::start_with(Options {
-        kubelet: Some(KubeletConfig {
+    let cluster = TestCluster::start_with(Options {
+        node: Some(NodeConfig {
+            name: None,
             images: [(IMAGE.to_string(), support::runner_binary())].into(),
             root: root.path().to_path_buf(),
             base_env,
         }),
+        binaries: None,
     })
     .await
     .unwrap();
@@ -87,7 +90,7 @@ async fn fixture() -> Fixture {
     }
 }
 
-/// A runner Pod as the controller will shape it (the parts the kubelet reads).
+/// A runner Pod as the controller will shape it (the parts the node agent reads).
 fn runner_pod(name: &str, image: &str) -> Pod {
     support::from_json(json!({
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "tf-runner"}},
@@ -188,7 +191,7 @@ async fn a_runner_pod_runs_a_whole_run_as_its_service_account() {
     assert_eq!(status.phase.as_deref(), Some("Running"));
     assert_eq!(
         pod.spec.as_ref().unwrap().node_name.as_deref(),
-        Some("loopback")
+        Some("node-1")
     );
 
     // The controller's way in: Pod IP, port 30000, mTLS with the Secret's certificates.
@@ -279,9 +282,9 @@ async fn a_runner_pod_runs_a_whole_run_as_its_service_account() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn faults_end_as_a_kubelet_reports_them() {
+async fn faults_as_in_a_cluster_end_as_a_kubelet_reports_them() {
     let f = fixture().await;
-    let kubelet = f.cluster.kubelet().unwrap().clone();
+    let node = f.cluster.node().unwrap();
     let pods: Api<Pod> = Api::namespaced(f.client.clone(), "team-a");
     let pp = PostParams::default();
 
@@ -290,47 +293,28 @@ async fn faults_end_as_a_kubelet_reports_them() {
         .await
         .unwrap();
     wait_for(&pods, "killed", "became Ready", ready).await;
-    assert!(kubelet.kill("team-a", "killed"));
+    assert!(node.kill("team-a", "killed"));
     let p = wait_for(&pods, "killed", "terminated", |p| terminated(p).is_some()).await;
     let t = terminated(&p).unwrap();
     assert_eq!((t.exit_code, t.reason.as_deref()), (137, Some("Error")));
     assert!(t.message.unwrap_or_default().contains("serving"));
     assert_eq!(p.status.unwrap().phase.as_deref(), Some("Failed"));
 
-    // OOM-killed.
-    pods.create(&pp, &runner_pod("oom", IMAGE)).await.unwrap();
-    wait_for(&pods, "oom", "became Ready", ready).await;
-    assert!(kubelet.oom_kill("team-a", "oom"));
-    let p = wait_for(&pods, "oom", "terminated", |p| terminated(p).is_some()).await;
-    assert_eq!(terminated(&p).unwrap().reason.as_deref(), Some("OOMKilled"));
-    assert_eq!(terminated(&p).unwrap().exit_code, 137);
-
-    // Never Ready: running, the port even accepts, but Ready stays False.
-    kubelet.inject("team-a", "stuck", Fault::NeverReady);
+    // No node takes Pods (cordoned): Pending, Unschedulable, never Ready; scheduled and Ready
+    // once uncordoned.
+    support::cordon(&f.client, true).await;
     pods.create(&pp, &runner_pod("stuck", IMAGE)).await.unwrap();
-    let p = wait_for(&pods, "stuck", "ran", |p| {
-        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    let p = wait_for(&pods, "stuck", "was found unschedulable", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.reason.as_deref() == Some("Unschedulable")))
     })
     .await;
-    let ip = p.status.unwrap().pod_ip.unwrap();
-    let accepting = async {
-        while tokio::net::TcpStream::connect((ip.as_str(), 30000))
-            .await
-            .is_err()
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), accepting)
-        .await
-        .unwrap();
-    // A Pod without the fault, started after the stuck one's port accepted, becoming Ready
-    // means the kubelet has had time to see the stuck one's port too.
-    pods.create(&pp, &runner_pod("control", IMAGE))
-        .await
-        .unwrap();
-    wait_for(&pods, "control", "became Ready", ready).await;
-    assert!(!ready(&pods.get("stuck").await.unwrap()));
+    assert!(!ready(&p));
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+    support::cordon(&f.client, false).await;
+    wait_for(&pods, "stuck", "became Ready", ready).await;
 
     // An image that does not exist here: waiting to be pulled, never running.
     pods.create(&pp, &runner_pod("noimage", "registry.invalid/nothing"))
@@ -379,16 +363,13 @@ fn waiting_reason(p: &Pod) -> Option<String> {
 async fn resource_quota_refuses_a_pod_over_it() {
     let f = fixture().await;
     let pp = PostParams::default();
-    Api::<ResourceQuota>::namespaced(f.client.clone(), "team-a")
-        .create(
-            &pp,
-            &support::from_json(json!({
-                "metadata": {"name": "runners"},
-                "spec": {"hard": {"pods": "1", "limits.memory": "1Gi"}},
-            })),
-        )
-        .await
-        .unwrap();
+    support::quota(
+        &f.client,
+        "team-a",
+        "runners",
+        json!({"pods": "1", "limits.memory": "1Gi"}),
+    )
+    .await;
     let pods: Api<Pod> = Api::namespaced(f.client.clone(), "team-a");
     // Limits are quota'd, so a Pod must state them.
     let e = pods
