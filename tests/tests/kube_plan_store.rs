@@ -12,13 +12,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
-use tfops_testcluster::TestCluster;
 use tfops_core::api::ObjectKey;
 use tfops_core::plan::CodecConfig;
 use tfops_core::ports::{PlanStore, PortError, ShownPlan, StoredPlan};
 use tfops_kube::meta::Owner;
 use tfops_kube::plans::{ANNOTATION_CHUNK, ANNOTATION_PLAN_DIGEST, ANNOTATION_PLAN_ID};
 use tfops_kube::{KubePlanStore, Terraform};
+use tfops_testcluster::TestCluster;
 
 /// Bytes that do not compress (so a plan's size is what it stores).
 fn noise(len: usize, seed: u64) -> Vec<u8> {

@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use tfops_testcluster::TestCluster;
 use tfops_core::api::{
     FINALIZER, ObjectKey, TerraformObject, TerraformStatus, WriteOutputsToSecret,
 };
@@ -26,6 +25,7 @@ use tfops_kube::meta::Owner;
 use tfops_kube::{
     KubeEventSink, KubeInputs, KubeObjectWriter, KubeOutputsSink, KubeStateAdmin, Terraform,
 };
+use tfops_testcluster::TestCluster;
 
 struct World {
     _cluster: TestCluster,

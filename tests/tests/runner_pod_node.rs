@@ -15,10 +15,10 @@ use k8s_openapi::api::core::v1::{Pod, ResourceQuota, Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
-use tfops_testcluster::node::NodeConfig;
-use tfops_testcluster::{Options, TestCluster};
 use tfops_runner::client::{ClientTls, RunnerClient, Session};
 use tfops_runner::tls::{Pki, runner_server_name};
+use tfops_testcluster::node::NodeConfig;
+use tfops_testcluster::{Options, TestCluster};
 
 mod support;
 
@@ -308,7 +308,10 @@ async fn faults_as_in_a_cluster_end_as_a_kubelet_reports_them() {
         p.status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.reason.as_deref() == Some("Unschedulable")))
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.reason.as_deref() == Some("Unschedulable"))
+            })
     })
     .await;
     assert!(!ready(&p));

@@ -8,8 +8,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -332,7 +332,10 @@ async fn judge(terraform: &Path) {
         .filter(|a| a.resource == "leases" && a.user == "system:serviceaccount:tf:tf-runner")
         .filter(|a| matches!(a.verb.as_str(), "create" | "update"))
         .count();
-    assert!(lease_writes > 0, "{label}: the lock is a Lease written as the runner");
+    assert!(
+        lease_writes > 0,
+        "{label}: the lock is a Lease written as the runner"
+    );
 }
 
 /// The paths of a [`Workdir`], to run commands from a blocking task.

@@ -29,6 +29,7 @@ pub mod resource;
 pub mod runner;
 pub mod runner_stores;
 pub mod state;
+pub mod validation;
 pub mod yaml;
 
 pub use credentials::KubeCredentials;

@@ -150,6 +150,7 @@ pub fn crd() -> Result<CustomResourceDefinition, serde_json::Error> {
     if let Some(o) = spec.as_object_mut() {
         o.remove("additionalProperties");
     }
+    crate::validation::add_to_spec(&mut spec);
     let schema = json!({
         "type": "object",
         "description": "A Terraform or OpenTofu configuration reconciled by tfops.",

@@ -1,4 +1,5 @@
-//! The scale benchmark (issue 17): one manager process against the loopback cluster holding
+//! The scale benchmark (issue 17): one manager process against the test cluster (real etcd and
+//! kube-apiserver, `tfops-testcluster`) holding
 //! `--objects` `Terraform` objects, its runner replaced by the instant runner double
 //! (`benches::instant_runner`, a benchmark tool) so that the manager's own cost is what shows.
 //!
@@ -25,8 +26,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
-use tests::cluster::LoopbackCluster;
 use tfops_kube::Terraform;
+use tfops_testcluster::TestCluster;
 
 const NAMESPACE: &str = "scale";
 const MANAGER_USER: &str = "tfops-bench-manager";
@@ -155,13 +156,15 @@ async fn drive(args: Args) -> anyhow::Result<()> {
     if args.objects == 0 {
         bail!("--objects must be at least 1");
     }
-    let cluster = LoopbackCluster::start().await?;
+    let cluster = TestCluster::start().await?;
     let dir = tempfile::tempdir()?;
     let admin_config = dir.path().join("admin");
     std::fs::write(&admin_config, cluster.kubeconfig())?;
     let manager_config = dir.path().join("manager");
-    let token = cluster.user_token(MANAGER_USER, &["system:masters"]);
-    std::fs::write(&manager_config, cluster.kubeconfig_for(&token))?;
+    std::fs::write(
+        &manager_config,
+        cluster.kubeconfig_for_user(MANAGER_USER, &["system:masters"])?,
+    )?;
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig())?,
         &Default::default(),
@@ -340,7 +343,7 @@ struct Figures {
 
 /// The objects the manager read one by one (a reconcile's first request) since audit entry
 /// `from`.
-fn reconciled(cluster: &LoopbackCluster, from: usize) -> std::collections::BTreeSet<String> {
+fn reconciled(cluster: &TestCluster, from: usize) -> std::collections::BTreeSet<String> {
     cluster
         .audit()
         .into_iter()
@@ -354,7 +357,7 @@ fn reconciled(cluster: &LoopbackCluster, from: usize) -> std::collections::BTree
 }
 
 /// The manager's requests from audit entry `from` on, by verb and resource.
-fn requests(cluster: &LoopbackCluster, from: usize) -> BTreeMap<String, usize> {
+fn requests(cluster: &TestCluster, from: usize) -> BTreeMap<String, usize> {
     let mut counted = BTreeMap::new();
     for a in cluster.audit().into_iter().skip(from) {
         if a.user != MANAGER_USER {
@@ -380,7 +383,7 @@ fn requests(cluster: &LoopbackCluster, from: usize) -> BTreeMap<String, usize> {
 }
 
 async fn measure(
-    cluster: &LoopbackCluster,
+    cluster: &TestCluster,
     api: &Api<Terraform>,
     n: usize,
     started: Instant,

@@ -348,10 +348,11 @@ pub async fn quota(client: &kube::Client, namespace: &str, name: &str, hard: ser
         )
         .await
         .unwrap();
-    let counted = kube::runtime::wait::await_condition(quotas, name, |q: Option<&ResourceQuota>| {
-        q.and_then(|q| q.status.as_ref()?.hard.as_ref())
-            .is_some_and(|h| !h.is_empty())
-    });
+    let counted =
+        kube::runtime::wait::await_condition(quotas, name, |q: Option<&ResourceQuota>| {
+            q.and_then(|q| q.status.as_ref()?.hard.as_ref())
+                .is_some_and(|h| !h.is_empty())
+        });
     tokio::time::timeout(std::time::Duration::from_secs(60), counted)
         .await
         .expect("the quota controller counted the quota")
