@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use tfops_core::naming::{MAX_LABEL, PLAN_ID_SHA_LEN};
 
 /// A Go duration (`30s`, `10m`, `1h30m`, `1.5h`, `0`), as `tfops_core::duration` reads it.
-const DURATION: &str = r"^(0|\+?([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$";
+/// (Character classes rather than backslashes: a backslash in a CEL string is an escape.)
+const DURATION: &str = "^(0|[+]?([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+)$";
 const DURATION_MESSAGE: &str = "must be a Go duration such as 30s, 10m or 1h30m";
 /// The longest duration text accepted (the CEL cost of a rule grows with it).
 const DURATION_MAX: u64 = 32;
