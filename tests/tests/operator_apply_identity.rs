@@ -194,11 +194,17 @@ async fn the_plan_identity_cannot_apply_and_the_apply_runner_applies_only_what_w
 
     // The split: planning runs as tf-plan and waits for approval; no apply runner started.
     let pods_before = pods_created(&op);
+    // The apply runner's Pod waits in an init container until the test opens `gate` (a Pod
+    // not yet initialized: created, not Ready).
+    let gate = dir.path().join("gate");
+    let wait = format!("while [ ! -e '{}' ]; do sleep 0.1; done", gate.display());
     op.apply(&op.manifest(
         "guarded",
         json!({"sourceRef": source, "runner": {
             "serviceAccountName": "tf-plan",
-            "apply": {"serviceAccountName": "tf-apply"},
+            "apply": {"serviceAccountName": "tf-apply", "podTemplate": {"spec": {"initContainers": [
+                {"name": "gate", "image": support::SHELL_IMAGE, "command": ["sh", "-c", wait]},
+            ]}}},
         }}),
     ));
     let t = op
@@ -211,8 +217,6 @@ async fn the_plan_identity_cannot_apply_and_the_apply_runner_applies_only_what_w
 
     // Approved, but the upstream state changes while the apply runner starts: its plan does
     // something else, so nothing is applied and the new plan is pending.
-    // No node takes the apply runner's Pod for now (cordoned): it is created, not scheduled.
-    support::cordon(&op.admin, true).await;
     op.approve("guarded", &first.plan.pending, "t1").await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(op.admin.clone(), "team-a");
     tokio::time::timeout(
@@ -225,7 +229,7 @@ async fn the_plan_identity_cannot_apply_and_the_apply_runner_applies_only_what_w
     .expect("the approved plan reached the apply runner")
     .unwrap();
     upstream_state(&file, "blue", 2);
-    support::cordon(&op.admin, false).await;
+    std::fs::write(&gate, "").unwrap();
     let approved = first.plan.pending_digest.clone();
     let t = op
         .wait_for("guarded", "found the plan changed", 180, move |t| {

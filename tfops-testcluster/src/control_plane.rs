@@ -199,8 +199,8 @@ impl TestCluster {
         let path = dir.path();
         let ca = Ca::new()?;
         let serving = ca.serving(SERVICE_IP)?;
-        let admin = ca.client("tfops-admin", &["system:masters"])?;
-        let kcm_cert = ca.client("system:kube-controller-manager", &["system:masters"])?;
+        let admin = ca.client("tfops-admin", Some("system:masters"))?;
+        let kcm_cert = ca.client("system:kube-controller-manager", Some("system:masters"))?;
         let ca_file = write(path, "ca.crt", &ca.cert_pem)?;
         let cert_file = write(path, "apiserver.crt", &serving.cert_pem)?;
         let key_file = write(path, "apiserver.key", &serving.key_pem)?;
@@ -354,13 +354,13 @@ impl TestCluster {
         kubeconfig::text(&self.server, &self.ca_pem, &Credentials::Token(token))
     }
 
-    /// A kubeconfig for the user `user` in `groups` (a client certificate; RBAC decides what
-    /// it may do).
+    /// A kubeconfig for the user `user`, in `group` when given (a client certificate; RBAC
+    /// decides what it may do).
     ///
     /// # Errors
     /// [`Error::Pki`].
-    pub fn kubeconfig_for_user(&self, user: &str, groups: &[&str]) -> Result<String, Error> {
-        let cert = self.ca.client(user, groups)?;
+    pub fn kubeconfig_for_user(&self, user: &str, group: Option<&str>) -> Result<String, Error> {
+        let cert = self.ca.client(user, group)?;
         Ok(kubeconfig::text(
             &self.server,
             &self.ca_pem,

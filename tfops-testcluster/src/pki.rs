@@ -1,6 +1,9 @@
 //! The cluster's certificates: one CA that signs the API server's serving certificate and every
-//! client certificate (a user is a certificate: CN the name, O the groups, as kube-apiserver's
+//! client certificate (a user is a certificate: CN the name, O the group, as kube-apiserver's
 //! `--client-ca-file` authenticator reads them), and the ServiceAccount signing key.
+//!
+//! A certificate carries at most one group: rcgen keeps one value per attribute type of a
+//! distinguished name (a second `O` replaces the first), so more groups would be lost silently.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -84,17 +87,18 @@ impl Ca {
         self.sign(params)
     }
 
-    /// A client certificate for `user` in `groups` (`system:masters` makes an admin).
+    /// A client certificate for `user`, in `group` when given (`system:masters` makes an
+    /// admin); the server adds `system:authenticated`.
     ///
     /// # Errors
     /// [`PkiError`].
-    pub fn client(&self, user: &str, groups: &[&str]) -> Result<CertKey, PkiError> {
+    pub fn client(&self, user: &str, group: Option<&str>) -> Result<CertKey, PkiError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, user);
-        for group in groups {
+        if let Some(group) = group {
             params
                 .distinguished_name
-                .push(DnType::OrganizationName, *group);
+                .push(DnType::OrganizationName, group);
         }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         self.sign(params)
@@ -129,12 +133,12 @@ mod tests {
     #[test]
     fn client_certificates_carry_the_user_and_groups_in_the_subject() {
         let ca = Ca::new().unwrap();
-        let c = ca.client("alice", &["team-a", "system:masters"]).unwrap();
+        let c = ca.client("alice", Some("team-a")).unwrap();
         assert!(c.cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(c.key_pem.contains("PRIVATE KEY"));
         let der = rustls_pemfile_free_der(&c.cert_pem);
         // The names are in the DER as UTF8/printable strings: enough to see they went in.
-        for needle in [&b"alice"[..], b"team-a", b"system:masters"] {
+        for needle in [&b"alice"[..], b"team-a"] {
             assert!(der.windows(needle.len()).any(|w| w == needle));
         }
     }

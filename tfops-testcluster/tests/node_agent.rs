@@ -105,6 +105,7 @@ echo "api=$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT""#;
             "spec": {
                 "serviceAccountName": "runner",
                 "restartPolicy": "Never",
+                "initContainers": [{"name": "first", "image": "shell", "args": ["-c", "echo init-ran"]}],
                 "containers": [{
                     "name": "main", "image": "shell:1",
                     "args": ["-c", script],

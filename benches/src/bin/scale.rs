@@ -163,7 +163,7 @@ async fn drive(args: Args) -> anyhow::Result<()> {
     let manager_config = dir.path().join("manager");
     std::fs::write(
         &manager_config,
-        cluster.kubeconfig_for_user(MANAGER_USER, &["system:masters"])?,
+        cluster.kubeconfig_for_user(MANAGER_USER, Some("system:masters"))?,
     )?;
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig())?,

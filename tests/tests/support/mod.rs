@@ -324,7 +324,11 @@ pub async fn cluster_with_kubelet() -> (TestCluster, tempfile::TempDir) {
     let cluster = TestCluster::start_with(Options {
         node: Some(NodeConfig {
             name: None,
-            images: [(RUNNER_IMAGE.to_string(), runner_binary())].into(),
+            images: [
+                (RUNNER_IMAGE.to_string(), runner_binary()),
+                (SHELL_IMAGE.to_string(), PathBuf::from("/bin/sh")),
+            ]
+            .into(),
             root: root.path().to_path_buf(),
             base_env,
         }),
@@ -371,6 +375,10 @@ pub async fn cordon(client: &kube::Client, on: bool) {
         .await
         .unwrap();
 }
+
+/// An image the node agent runs as this machine's `/bin/sh` (for init containers and helpers
+/// of tests; its `command` is `["sh", "-c", SCRIPT]`).
+pub const SHELL_IMAGE: &str = "docker.io/library/busybox";
 
 /// The runner image the node agent knows.
 pub const RUNNER_IMAGE: &str = "ghcr.io/tfops/tfops-runner";

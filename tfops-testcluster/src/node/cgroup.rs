@@ -45,18 +45,16 @@ pub fn parse_quantity(q: &str) -> Option<u64> {
     q.parse::<f64>().ok().map(|n| n as u64)
 }
 
-/// Puts `pid` in the Pod's memory cgroup, limited to `limit` bytes when given.
-pub fn attach(uid: &str, pid: u32, limit: Option<u64>) {
-    let Some((dir, v1)) = dir(uid) else { return };
-    if std::fs::create_dir_all(&dir).is_err() {
-        return;
-    }
+/// Makes the Pod's memory cgroup, limited to `limit` bytes when given; gives the file a
+/// process writes its pid to in order to join it (`cgroup.procs`). The container's first
+/// process joins before it execs the image's binary, so that nothing it starts is outside.
+pub fn prepare(uid: &str, limit: Option<u64>) -> Option<PathBuf> {
+    let (dir, _) = dir(uid)?;
+    std::fs::create_dir_all(&dir).ok()?;
     if let Some(limit) = limit {
-        let _ = set_limit(uid, limit);
-    } else if v1 {
-        // A fresh v1 group is unlimited; nothing to write.
+        set_limit(uid, limit);
     }
-    let _ = std::fs::write(dir.join("cgroup.procs"), pid.to_string());
+    Some(dir.join("cgroup.procs"))
 }
 
 /// Sets the memory limit of the Pod's cgroup (as an in-place resize does); whether it took.

@@ -19,7 +19,8 @@
 //!
 //! What it does not do: no network namespace (a Pod's address is a loopback address of its
 //! own, `127.x.y.z`, given to the process as `TFOPS_LISTEN`), no images, no probes (a Pod with
-//! a container port is Ready once the port accepts connections), no init containers.
+//! a container port is Ready once the port accepts connections); init containers run in order
+//! before the Pod's (first) container, which is the only one run.
 
 mod cgroup;
 mod container;
@@ -91,8 +92,6 @@ struct State {
     graceful: Mutex<HashMap<String, bool>>,
     /// Whether the Node is cordoned (`spec.unschedulable`): no Pod is bound to it then.
     cordoned: std::sync::atomic::AtomicBool,
-    /// Unscheduled Pods waiting for the Node to take Pods again (`namespace/name` → uid).
-    unscheduled: Mutex<HashMap<String, String>>,
 }
 
 /// A lock that survives a panicked holder (the maps stay consistent: each write is one
@@ -324,11 +323,28 @@ async fn watch_node(context: Arc<Context>, state: Arc<State>) {
         if cordoned {
             continue;
         }
-        let waiting: Vec<(String, String)> = lock(&state.unscheduled).drain().collect();
-        for (key, uid) in waiting {
-            if let Some((ns, name)) = key.split_once('/') {
-                pod::bind(&context, ns, name, &uid).await;
+        // Every Pod still unscheduled now, read from the API server (not remembered: a Pod
+        // seen while cordoned may be noted after this event).
+        let pods: Api<Pod> = Api::all(context.client.clone());
+        let unscheduled = kube::api::ListParams::default().fields("spec.nodeName=");
+        let Ok(list) = pods.list(&unscheduled).await else {
+            continue;
+        };
+        for p in list.items {
+            let default = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.as_deref())
+                .is_none_or(|n| n == "default-scheduler");
+            if !default || p.metadata.deletion_timestamp.is_some() {
+                continue;
             }
+            let (Some(ns), Some(name), Some(uid)) =
+                (p.metadata.namespace, p.metadata.name, p.metadata.uid)
+            else {
+                continue;
+            };
+            pod::bind(&context, &ns, &name, &uid).await;
         }
     }
 }

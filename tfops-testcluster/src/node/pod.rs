@@ -88,8 +88,16 @@ pub(super) async fn sync(context: &Arc<Context>, state: &Arc<State>, pod: Value,
             Err(_) => state.cordoned.load(std::sync::atomic::Ordering::SeqCst),
         };
         if cordoned {
-            // As the scheduler says when no node can take the Pod; bound at `uncordon`.
-            lock(&state.unscheduled).insert(pod_ref(&ns, &name), uid.clone());
+            // As the scheduler says when no node can take the Pod (once: writing it again
+            // would wake this very loop); bound at `uncordon`.
+            let said = pod["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["reason"] == "Unschedulable");
+            if said {
+                return;
+            }
             let message = "0/1 nodes are available: 1 node(s) were unschedulable.";
             let status = json!({"phase": "Pending", "conditions": [{
                 "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
@@ -266,6 +274,30 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
     lock(&state.logs).insert(pod_ref(&ns, &pname), log_path.clone());
     let tmp = rewrite("/tmp", &mounts);
     let home = rewrite("/home/runner", &mounts);
+    let inits: Vec<Value> = pod["spec"]["initContainers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for init in &inits {
+        let ready = Init {
+            context: &context,
+            state: &state,
+            pod: &pod,
+            container: init,
+            dir: &dir,
+            ip,
+            identity_env: &identity_env,
+            bind_mount: bind_mount.as_deref(),
+            home: &home,
+            tmp: &tmp,
+            log: &log_path,
+        }
+        .run()
+        .await;
+        if !ready || gone(&context, &ns, &pname, &uid).await {
+            return;
+        }
+    }
     let mut attempt = 0u32;
     loop {
         let log = match std::fs::OpenOptions::new()
@@ -284,50 +316,23 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
                 return;
             }
         };
-        let args: Vec<String> = container["command"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .skip(1)
-            .chain(container["args"].as_array().into_iter().flatten())
-            .filter_map(Value::as_str)
-            .map(|a| rewrite(a, &mounts))
-            .collect();
-        let mut cmd = match &bind_mount {
-            Some(sa) => {
-                // unshare(1) execs `sh`, which mounts and then execs the binary: the
-                // container's first process keeps its pid throughout.
-                let mut c = tokio::process::Command::new("/usr/bin/unshare");
-                c.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
-                    .arg(format!(
-                        "mkdir -p {SERVICE_ACCOUNT_DIR} && mount --bind \"$0\" {SERVICE_ACCOUNT_DIR} && exec \"$@\""
-                    ))
-                    .arg(sa)
-                    .arg(&binary);
-                c
-            }
-            None => tokio::process::Command::new(&binary),
+        let limit = container["resources"]["limits"]["memory"]
+            .as_str()
+            .and_then(super::cgroup::parse_quantity);
+        let launch = Launch {
+            cgroup: super::cgroup::prepare(&uid, limit),
+            binary: &binary,
+            container: &container,
+            mounts: &mounts,
+            bind_mount: bind_mount.as_deref(),
+            env: &env,
+            identity_env: &identity_env,
+            home: &home,
+            tmp: &tmp,
+            ip,
+            dir: &dir,
         };
-        cmd.args(&args)
-            .env_clear()
-            .envs(&context.config.base_env)
-            .env("HOME", &home)
-            .env("TMPDIR", &tmp)
-            .env("TFOPS_LISTEN", ip.to_string())
-            .envs(identity_env.iter().cloned())
-            .envs(env.iter().map(|(k, v)| (k.clone(), rewrite(v, &mounts))))
-            .current_dir(&dir)
-            .stdin(std::process::Stdio::null())
-            .stderr(
-                log.try_clone()
-                    .map(std::process::Stdio::from)
-                    .unwrap_or_else(|_| std::process::Stdio::null()),
-            )
-            .stdout(log)
-            // Its own process group stands for the container: what it starts (Terraform)
-            // dies with it.
-            .process_group(0)
-            .kill_on_drop(true);
+        let mut cmd = launch.command(&context, log);
         let started_at = now();
         let mut child = match cmd.spawn() {
             Ok(c) => c,
@@ -352,10 +357,6 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
             }
         };
         let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
-        let limit = container["resources"]["limits"]["memory"]
-            .as_str()
-            .and_then(super::cgroup::parse_quantity);
-        super::cgroup::attach(&uid, u32::try_from(pid).unwrap_or(0), limit);
         lock(&state.running).insert(
             uid.clone(),
             Running {
@@ -479,6 +480,213 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
         if gone(&context, &ns, &pname, &uid).await {
             return;
         }
+    }
+}
+
+/// How a container's process is started: its binary (the image), arguments with mount paths
+/// rewritten, the Pod's environment, and the ServiceAccount directory bind-mounted in a private
+/// mount namespace when there is one.
+struct Launch<'a> {
+    /// The `cgroup.procs` of the container's memory cgroup, when there is one.
+    cgroup: Option<PathBuf>,
+    binary: &'a Path,
+    container: &'a Value,
+    mounts: &'a [(String, PathBuf)],
+    bind_mount: Option<&'a Path>,
+    env: &'a [(String, String)],
+    identity_env: &'a [(String, String)],
+    home: &'a str,
+    tmp: &'a str,
+    ip: std::net::Ipv4Addr,
+    dir: &'a Path,
+}
+
+impl Launch<'_> {
+    /// The command, its output going to `log`.
+    fn command(&self, context: &Context, log: std::fs::File) -> tokio::process::Command {
+        let args: Vec<String> = self.container["command"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .skip(1)
+            .chain(self.container["args"].as_array().into_iter().flatten())
+            .filter_map(Value::as_str)
+            .map(|a| rewrite(a, self.mounts))
+            .collect();
+        // A shell that joins the memory cgroup and makes the mount namespace's bind mount, then
+        // execs the binary: the container's first process keeps its pid throughout, and
+        // everything it starts is in the cgroup from the first instruction on.
+        let mut script = String::new();
+        if let Some(procs) = &self.cgroup {
+            script.push_str(&format!("echo $$ > '{}' && ", procs.display()));
+        }
+        if self.bind_mount.is_some() {
+            script.push_str(&format!(
+                "mkdir -p {SERVICE_ACCOUNT_DIR} && mount --bind \"$0\" {SERVICE_ACCOUNT_DIR} && "
+            ));
+        }
+        let mut cmd = if script.is_empty() {
+            tokio::process::Command::new(self.binary)
+        } else {
+            script.push_str("exec \"$@\"");
+            let mut c = match self.bind_mount {
+                Some(_) => {
+                    let mut c = tokio::process::Command::new("/usr/bin/unshare");
+                    c.args(["--mount", "--propagation", "private", "--", "/bin/sh"]);
+                    c
+                }
+                None => tokio::process::Command::new("/bin/sh"),
+            };
+            c.arg("-c")
+                .arg(script)
+                .arg(self.bind_mount.unwrap_or(Path::new("sh")))
+                .arg(self.binary);
+            c
+        };
+        cmd.args(&args)
+            .env_clear()
+            .envs(&context.config.base_env)
+            .env("HOME", self.home)
+            .env("TMPDIR", self.tmp)
+            .env("TFOPS_LISTEN", self.ip.to_string())
+            .envs(self.identity_env.iter().cloned())
+            .envs(
+                self.env
+                    .iter()
+                    .map(|(k, v)| (k.clone(), rewrite(v, self.mounts))),
+            )
+            .current_dir(self.dir)
+            .stdin(std::process::Stdio::null())
+            .stderr(
+                log.try_clone()
+                    .map(std::process::Stdio::from)
+                    .unwrap_or_else(|_| std::process::Stdio::null()),
+            )
+            .stdout(log)
+            // Its own process group stands for the container: what it starts (Terraform)
+            // dies with it.
+            .process_group(0)
+            .kill_on_drop(true);
+        cmd
+    }
+}
+
+/// One init container of a Pod (its status is the only one in `initContainerStatuses` while it
+/// runs), run to completion before the Pod's container starts, as a
+/// kubelet runs them (in order; the Pod stays Pending and not Initialized meanwhile; a failure
+/// fails a Pod that is never restarted).
+struct Init<'a> {
+    context: &'a Context,
+    state: &'a State,
+    pod: &'a Value,
+    container: &'a Value,
+    dir: &'a Path,
+    ip: std::net::Ipv4Addr,
+    identity_env: &'a [(String, String)],
+    bind_mount: Option<&'a Path>,
+    home: &'a str,
+    tmp: &'a str,
+    log: &'a Path,
+}
+
+impl Init<'_> {
+    fn status(&self, state: Value, phase: &str) -> Value {
+        let c = self.container;
+        json!({
+            "phase": phase,
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()},
+                {"type": "Initialized", "status": "False", "reason": "ContainersNotInitialized",
+                 "lastTransitionTime": now()},
+                {"type": "ContainersReady", "status": "False", "lastTransitionTime": now()},
+                {"type": "Ready", "status": "False", "lastTransitionTime": now()},
+            ],
+            "initContainerStatuses": [{
+                "name": c["name"], "image": c["image"], "imageID": "", "ready": false,
+                "restartCount": 0, "started": state.get("running").is_some(), "state": state,
+            }],
+        })
+    }
+
+    /// Runs it; whether it completed (else the Pod's status says why).
+    async fn run(self) -> bool {
+        let c = self.container;
+        let image = c["image"].as_str().unwrap_or("");
+        let Some(binary) = self.context.config.images.get(image_name(image)).cloned() else {
+            let message = format!("failed to pull and unpack image \"{image}\": not found");
+            let waiting = json!({"waiting": {"reason": "ErrImagePull", "message": message}});
+            patch_status(self.context, self.pod, self.status(waiting, "Pending")).await;
+            return false;
+        };
+        let prepared = match volumes(&self.context.client, self.pod, c, self.dir).await {
+            Ok(m) => environment(&self.context.client, self.pod, c, &self.ip.to_string())
+                .await
+                .map(|e| (m, e)),
+            Err(e) => Err(e),
+        };
+        let (mut mounts, env) = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                let waiting =
+                    json!({"waiting": {"reason": "CreateContainerConfigError", "message": e}});
+                patch_status(self.context, self.pod, self.status(waiting, "Pending")).await;
+                return false;
+            }
+        };
+        if self.bind_mount.is_some() {
+            mounts.retain(|(m, _)| m != SERVICE_ACCOUNT_DIR);
+        }
+        let Ok(log) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log)
+        else {
+            return false;
+        };
+        let launch = Launch {
+            cgroup: None,
+            binary: &binary,
+            container: c,
+            mounts: &mounts,
+            bind_mount: self.bind_mount,
+            env: &env,
+            identity_env: self.identity_env,
+            home: self.home,
+            tmp: self.tmp,
+            ip: self.ip,
+            dir: self.dir,
+        };
+        let started_at = now();
+        let Ok(mut child) = launch.command(self.context, log).spawn() else {
+            let t = json!({"terminated": {"exitCode": 128, "reason": "StartError", "startedAt": started_at, "finishedAt": now()}});
+            patch_status(self.context, self.pod, self.status(t, "Failed")).await;
+            return false;
+        };
+        let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+        let uid = text(&self.pod["metadata"]["uid"]);
+        lock(&self.state.running).insert(
+            uid.clone(),
+            Running {
+                pid,
+                terminating: false,
+            },
+        );
+        let running = json!({"running": {"startedAt": started_at}});
+        patch_status(self.context, self.pod, self.status(running, "Pending")).await;
+        let code = match child.wait().await {
+            Ok(s) => {
+                use std::os::unix::process::ExitStatusExt;
+                s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9))
+            }
+            Err(_) => 128,
+        };
+        kill_group(pid);
+        lock(&self.state.running).remove(&uid);
+        let reason = if code == 0 { "Completed" } else { "Error" };
+        let t = json!({"terminated": {"exitCode": code, "reason": reason, "startedAt": started_at, "finishedAt": now()}});
+        let phase = if code == 0 { "Pending" } else { "Failed" };
+        patch_status(self.context, self.pod, self.status(t, phase)).await;
+        code == 0
     }
 }
 
