@@ -2,7 +2,7 @@
 //! Argo CD runs them (`tests::argocd_lua`), on every case of their `health_test.yaml` and
 //! `actions/action_test.yaml` (Argo CD's own test format). The health cases also go through
 //! `tfops_core::conditions::health`, which must say the same; each action's result becomes the
-//! merge patch argocd-server would send, applied to the object on the loopback API server,
+//! merge patch argocd-server would send, applied to the object on the real API server,
 //! which validates it against the CRD. And the `argocd-cm` entries shipped in
 //! `config/argocd/` are exactly these files (`TFOPS_UPDATE_ARGOCD=1` rewrites them).
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,4 @@
-//! The `tfops` CLI against the operator in the loopback cluster, run as a person holding only
+//! The `tfops` CLI against the operator in the test cluster, run as a person holding only
 //! the shipped approver role (`config/rbac/approver.yaml`): `get`, `plan show` (from the
 //! ConfigMaps alone), `approve` (a stale id refused, the pending one applied), `replan`,
 //! `reconcile`, `suspend`, `resume`, `unlock` with nothing locked, and the messages for a

@@ -2,7 +2,7 @@
 //! (`config/`) lint, render and validate against Kubernetes' schemas (`kubernetes-validate
 //! --strict`) with Helm 4 and Helm 3 alike; Helm and Kustomize render the same objects for the
 //! same settings; `config/default` installs with `kubectl apply -k`; and the chart, installed
-//! into the loopback cluster with `helm install` (then upgraded, and at the end uninstalled),
+//! into the test cluster with `helm install` (then upgraded, and at the end uninstalled),
 //! runs a Terraform object from creation to Ready to deletion with the manager holding only
 //! the chart's ServiceAccount token and the runner only `tf-runner`'s. Negative checks: a
 //! namespace's runner cannot read another namespace's Secrets; the controller can neither
@@ -440,7 +440,7 @@ async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
     for ns in ["team-a", "team-b"] {
         support::namespace(&admin, ns).await;
     }
-    // `helm install` into the loopback cluster, then an upgrade (the namespace exists first:
+    // `helm install` into the test cluster, then an upgrade (the namespace exists first:
     // it is where Helm keeps its release).
     support::namespace(&admin, NAMESPACE).await;
     let kube_flag = format!("--kubeconfig={}", kubeconfig.display());

@@ -1,4 +1,4 @@
-//! The Kubernetes ports other than plans and runners, each on its own against the loopback
+//! The Kubernetes ports other than plans and runners, each on its own against the test
 //! cluster: the outputs Secret, state administration and the lock holder, inputs from Secrets
 //! and ConfigMaps, status by server-side apply, the finalizer, and events.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,5 +1,5 @@
-//! The manager as real processes (`tfops-manager`'s code, built with the tests) on the loopback
-//! cluster, as the controller's ServiceAccount: two replicas elect one leader on a Lease; the
+//! The manager as real processes (`tfops-manager`'s code, built with the tests) on the test
+//! cluster (the real control plane), as the controller's ServiceAccount: two replicas elect one leader on a Lease; the
 //! leader reconciles, serves `/metrics`, `/healthz` and `/readyz`; killed, it is replaced by the
 //! standby within the lease duration; SIGTERM stops a replica at once and frees the Lease.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

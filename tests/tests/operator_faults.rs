@@ -75,7 +75,7 @@ async fn killed_mid_apply(op: &Operator, name: &str, oom: bool) -> String {
     let lock = t.status.as_ref().unwrap().lock.clone();
     assert!(!lock.pending.is_empty(), "{lock:?}");
     // (Terraform's `Who` is user@hostname; in a cluster the hostname is the Pod's name, on the
-    // loopback kubelet it is this machine's.)
+    // node agent it is this machine's.)
     assert!(lock.holder.contains('@'), "the holder is shown: {lock:?}");
     lock.pending
 }

@@ -1,4 +1,4 @@
-//! The operator end to end on the loopback cluster, with real runner Pods and Terraform: a
+//! The operator end to end on the test cluster (the real control plane), with real runner Pods and Terraform: a
 //! `Terraform` object from `kubectl apply` to `Ready`, with its state written by Terraform's
 //! kubernetes backend as the runner's ServiceAccount, its plan and outputs objects owned by
 //! it, and no runner Pod left.

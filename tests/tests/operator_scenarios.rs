@@ -1,4 +1,4 @@
-//! End-to-end scenarios of issue 14 on the loopback cluster with real runner Pods and
+//! End-to-end scenarios of issue 14 on the test cluster (the real control plane) with real runner Pods and
 //! Terraform: drift found and remediated in auto mode (3), a `dependsOn` chain of three
 //! applied in order (4), and a missing `varsFrom` Secret reported, then created, and the
 //! object recovering by itself (10); and `--concurrent` holding across watched namespaces.
@@ -31,7 +31,7 @@ fn handled(t: &tfops_kube::Terraform, token: &str) -> bool {
 }
 
 /// A configuration whose only output reads another state file: the "infrastructure" that
-/// changes behind Terraform's back is that file (the runner Pods of the loopback kubelet are
+/// changes behind Terraform's back is that file (the runner Pods of the node agent are
 /// processes of this machine, so an absolute path reaches it).
 fn reading(path: &std::path::Path) -> String {
     format!(

@@ -56,7 +56,7 @@ pub struct Args {
     #[arg(long = "grpc-port", default_value_t = 30000)]
     pub port: u16,
     /// The address to listen on. A Pod binds every address of its own network namespace; the
-    /// loopback cluster's kubelet, running Pods as plain processes, names each its own.
+    /// test cluster's node agent, running Pods as plain processes, names each its own.
     #[arg(long, env = "TFOPS_LISTEN", default_value = "0.0.0.0")]
     pub listen: String,
     /// The directory with `tls.crt`, `tls.key` and `ca.crt` (the controller's CA bundle).

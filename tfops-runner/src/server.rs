@@ -37,8 +37,8 @@ pub struct RunnerConfig {
     /// Log lines kept per run for re-attaching clients.
     pub max_log_lines: usize,
     /// A kubeconfig the kubernetes backend reads instead of the in-cluster configuration,
-    /// when a request asks for in-cluster configuration (`TFOPS_KUBECONFIG`: the loopback
-    /// cluster's kubelet stand-in sets it, having no `/var/run/secrets` to offer a process).
+    /// when a request asks for in-cluster configuration (`TFOPS_KUBECONFIG`: the test
+    /// cluster's node agent sets it when it cannot bind-mount `/var/run/secrets` for a process).
     pub kubeconfig: Option<PathBuf>,
 }
 

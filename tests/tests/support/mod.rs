@@ -246,7 +246,7 @@ pub fn terraform_crd_established(kubeconfig: &Path) {
     assert!(ok, "the Terraform CRD never became Established: {out}{err}");
 }
 
-/// The runner binary the loopback kubelet runs for the runner image: this crate's
+/// The runner binary the node agent runs for the runner image: this crate's
 /// `runner-pod`, the `tfops-runner` process built with the tests themselves.
 pub fn runner_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_runner-pod"))

@@ -86,7 +86,7 @@ pub mod annotations {
     }
 }
 
-/// The label naming the shard of managers an object belongs to (see the README's "Scaling"):
+/// The label naming the shard of managers an object belongs to (see docs/scaling.md):
 /// a manager started with `--shard NAME` reconciles only objects labelled `NAME`; one started
 /// without reconciles only objects without the label (the default shard).
 pub const SHARD_LABEL: &str = "infra.argocd.io/shard";

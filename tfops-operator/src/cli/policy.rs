@@ -21,7 +21,7 @@ pub enum PolicyCommand {
         #[arg(long)]
         object: Option<PathBuf>,
     },
-    /// Run the `*.test.yaml` cases of a directory against its policies (see the README).
+    /// Run the `*.test.yaml` cases of a directory against its policies (see docs/policies.md).
     Test {
         /// The directory.
         dir: PathBuf,

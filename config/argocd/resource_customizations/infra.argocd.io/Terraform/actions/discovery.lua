@@ -1,5 +1,5 @@
 -- The resource actions Argo CD offers on a tfops Terraform object. Each is the edit the
--- README's actions table describes; one offered only while it can do something.
+-- actions table of docs/argocd.md describes; one offered only while it can do something.
 local actions = {}
 local status = obj.status or {}
 local plan = status.plan or {}
