@@ -5,7 +5,7 @@
 //!   server in `daemonEndpoints`) and renews its Lease in `kube-node-lease`, as a kubelet's
 //!   heartbeat does, so the node lifecycle controller keeps it Ready.
 //! - It binds Pods nobody scheduled to itself (`pods/binding`), and runs the Pods bound to it:
-//!   each Pod's first container as a local process ([`pod`]), its image looked up in
+//!   each Pod's first container as a local process, its image looked up in
 //!   [`NodeConfig::images`] (an image → binary map: real containers come later).
 //! - ServiceAccount tokens come from the TokenRequest API, bound to the Pod, and are projected
 //!   with `ca.crt` and `namespace` where the Pod's volume says (the ServiceAccount admission
@@ -15,7 +15,7 @@
 //!   configuration (kube-rs, client-go, Terraform's kubernetes backend) works as in a Pod;
 //!   otherwise `TFOPS_KUBECONFIG` names a kubeconfig with the same token.
 //! - It writes `pods/status` as a kubelet does, honours `deletionTimestamp` and the grace
-//!   period, and serves container logs ([`logs`]) to the API server for `pods/log`.
+//!   period, and serves container logs to the API server for `pods/log`.
 //!
 //! What it does not do: no network namespace (a Pod's address is a loopback address of its
 //! own, `127.x.y.z`, given to the process as `TFOPS_LISTEN`), no images, no probes (a Pod with
