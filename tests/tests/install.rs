@@ -434,7 +434,7 @@ fn helm_and_kustomize_render_the_same_objects() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
-    let (cluster, _pods) = support::cluster_with_kubelet().await;
+    let (cluster, _pods) = support::cluster_with_node().await;
     let admin = support::client(&cluster).await;
     let (_dir, kubeconfig) = support::kubeconfig_file(&cluster);
     for ns in ["team-a", "team-b"] {

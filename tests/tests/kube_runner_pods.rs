@@ -32,7 +32,7 @@ struct World {
 }
 
 async fn world() -> World {
-    let (cluster, root) = support::cluster_with_kubelet().await;
+    let (cluster, root) = support::cluster_with_node().await;
     let client = support::client(&cluster).await;
     support::terraform_crd_served(&client).await;
     support::namespace(&client, "tfops-system").await;

@@ -92,8 +92,8 @@ async fn a_pod_runs_with_its_token_environment_and_logs_read_through_the_api_ser
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "team-a");
-    // The container asks the API server who it is, with the projected token at its real path:
-    // the answer is the ServiceAccount's name, as authenticated by the real server.
+    // The container finds the projected token, CA and namespace at their real path, the API
+    // server's address in its environment, and its Secret in its environment.
     let script = r#"echo "secret=$TOKEN ns=$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)"
 test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo token-present
 test -s /var/run/secrets/kubernetes.io/serviceaccount/ca.crt && echo ca-present
@@ -182,7 +182,7 @@ async fn a_memory_limit_oom_kills_and_a_deletion_honours_the_grace_period() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cordoned_node_takes_no_pod_until_uncordoned_and_an_oom_kills_the_whole_container() {
-    let (cluster, admin, _dir) = cluster().await;
+    let (_cluster, admin, _dir) = cluster().await;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "team-a");
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(admin.clone());
     let cordon = |on: bool| {
@@ -229,5 +229,4 @@ async fn a_cordoned_node_takes_no_pod_until_uncordoned_and_an_oom_kills_the_whol
     cordon(false).await;
     let killed = wait_pod(&pods, "waits", |p| phase(p) == "Failed").await;
     assert_eq!(terminated(&killed), Some((137, "OOMKilled".into())));
-    drop(cluster);
 }

@@ -26,7 +26,7 @@ impl Drop for Manager {
 }
 
 /// The flags every test's manager has (endpoints on free ports, the runner image of the
-/// kubelet stand-in); `extra` come after them and win (the last value of a flag counts).
+/// node agent); `extra` come after them and win (the last value of a flag counts).
 fn flags(identity: &str, extra: &[String]) -> Vec<String> {
     let mut flags: Vec<String> = [
         "--runner-pod-image",

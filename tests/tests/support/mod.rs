@@ -307,7 +307,7 @@ pub async fn grant_runner(client: &kube::Client, namespace: &str, account: &str)
 /// A test cluster whose node agent runs the runner image as this workspace's `tfops-runner`,
 /// with Terraform (`TFOPS_TERRAFORM`) on hand; its Pod directories live in the returned
 /// directory.
-pub async fn cluster_with_kubelet() -> (TestCluster, tempfile::TempDir) {
+pub async fn cluster_with_node() -> (TestCluster, tempfile::TempDir) {
     use tfops_testcluster::Options;
     use tfops_testcluster::node::NodeConfig;
     let root = tempfile::tempdir().unwrap();

@@ -79,7 +79,7 @@ impl Operator {
 
     /// Everything but the manager (a test starts manager processes itself).
     pub async fn prepare() -> Self {
-        let (cluster, pods_dir) = super::cluster_with_kubelet().await;
+        let (cluster, pods_dir) = super::cluster_with_node().await;
         let admin = super::client(&cluster).await;
         super::terraform_crd_served(&admin).await;
         Api::<CustomResourceDefinition>::all(admin.clone())

@@ -49,7 +49,15 @@ pub fn parse_quantity(q: &str) -> Option<u64> {
 /// process writes its pid to in order to join it (`cgroup.procs`). The container's first
 /// process joins before it execs the image's binary, so that nothing it starts is outside.
 pub fn prepare(uid: &str, limit: Option<u64>) -> Option<PathBuf> {
-    let (dir, _) = dir(uid)?;
+    let (dir, v1) = dir(uid)?;
+    if !v1 {
+        // cgroup v2 gives a child group the memory controller only when each parent enables it
+        // for its children (best effort: a limit that cannot be set is simply not enforced).
+        let root = PathBuf::from("/sys/fs/cgroup");
+        let _ = std::fs::write(root.join("cgroup.subtree_control"), "+memory");
+        let _ = std::fs::create_dir_all(root.join("tfops-node"));
+        let _ = std::fs::write(root.join("tfops-node/cgroup.subtree_control"), "+memory");
+    }
     std::fs::create_dir_all(&dir).ok()?;
     if let Some(limit) = limit {
         set_limit(uid, limit);

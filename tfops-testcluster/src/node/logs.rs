@@ -23,7 +23,6 @@ type Body = BoxBody<Bytes, Infallible>;
 pub(super) async fn serve(
     state: Arc<State>,
     ca: &crate::pki::Ca,
-    _cluster: &crate::TestCluster,
 ) -> Result<(u16, tokio::task::JoinHandle<()>), NodeError> {
     let cert = ca.serving(std::net::Ipv4Addr::LOCALHOST)?;
     let certs = vec![rustls::pki_types::CertificateDer::from(der(&cert.cert_pem))];

@@ -92,6 +92,10 @@ struct State {
     graceful: Mutex<HashMap<String, bool>>,
     /// Whether the Node is cordoned (`spec.unschedulable`): no Pod is bound to it then.
     cordoned: std::sync::atomic::AtomicBool,
+    /// Set when the agent stops: no container starts (or restarts) any more.
+    stopped: std::sync::atomic::AtomicBool,
+    /// Pods (by uid) deleted or being deleted: a container not yet started never starts.
+    deleted: Mutex<std::collections::HashSet<String>>,
 }
 
 /// A lock that survives a panicked holder (the maps stay consistent: each write is one
@@ -108,7 +112,6 @@ struct Context {
     /// The API server's address as a Pod reaches it (`KUBERNETES_SERVICE_HOST`/`PORT`).
     api_host: String,
     api_port: u16,
-    ca_pem: String,
     /// A kubeconfig for a bearer token (the fallback to in-cluster configuration).
     kubeconfig: Box<dyn Fn(&str) -> String + Send + Sync>,
 }
@@ -145,8 +148,7 @@ impl NodeAgent {
     ) -> Result<Self, NodeError> {
         let name = config.name.clone().unwrap_or_else(|| "node-1".into());
         let state = Arc::new(State::default());
-        let (logs_port, logs_task) =
-            logs::serve(state.clone(), &crate::pki::Ca::new()?, cluster).await?;
+        let (logs_port, logs_task) = logs::serve(state.clone(), &crate::pki::Ca::new()?).await?;
         register(&client, &name, logs_port).await?;
         let (server, ca_pem) = (cluster.server.clone(), cluster.ca_pem.clone());
         let context = Arc::new(Context {
@@ -155,7 +157,6 @@ impl NodeAgent {
             node: name.clone(),
             api_host: "127.0.0.1".into(),
             api_port: cluster.port,
-            ca_pem: ca_pem.clone(),
             kubeconfig: Box::new(move |token| {
                 crate::kubeconfig::text(
                     &server,
@@ -216,11 +217,18 @@ impl NodeAgent {
 
     /// Stops the agent and kills every container it runs.
     pub fn stop(self) {
+        self.state
+            .stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         for t in &self.tasks {
             t.abort();
         }
         for c in lock(&self.state.running).values() {
             pod::kill_group(c.pid);
+        }
+        // Best effort: a memory cgroup is removed once its processes are gone.
+        for uid in lock(&self.state.started).keys() {
+            cgroup::remove(uid);
         }
         drop(self.client);
     }

@@ -13,6 +13,9 @@ use serde_json::{Value, json};
 use super::container::{environment, image_name, rewrite, volumes, write_private};
 use super::{Context, Running, State, lock, pod_ref};
 
+/// util-linux's `setpriv`, which sets the parent-death signal before it execs.
+const SETPRIV: &str = "/usr/bin/setpriv";
+
 /// Where a Pod's ServiceAccount directory is mounted in a container.
 const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
@@ -61,10 +64,13 @@ pub(super) async fn sync(context: &Arc<Context>, state: &Arc<State>, pod: Value,
     );
     let node = pod["spec"]["nodeName"].as_str().unwrap_or("");
     if gone {
-        // Deleted without us (grace period 0, or the namespace went): the process goes too.
+        // Deleted without us (grace period 0, or the namespace went): the process goes too,
+        // and nothing of this Pod is looked up by name any more.
+        lock(&state.deleted).insert(uid.clone());
         if let Some(c) = lock(&state.running).get(&uid) {
             kill_group(c.pid);
         }
+        lock(&state.started).remove(&uid);
         return;
     }
     if pod["metadata"].get("deletionTimestamp").is_some() {
@@ -269,7 +275,6 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
             }
         }
     }
-    let _ = &context.ca_pem;
     let log_path = dir.join("container.log");
     lock(&state.logs).insert(pod_ref(&ns, &pname), log_path.clone());
     let tmp = rewrite("/tmp", &mounts);
@@ -333,6 +338,9 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
             dir: &dir,
         };
         let mut cmd = launch.command(&context, log);
+        if may_not_start(&state, &uid) {
+            return;
+        }
         let started_at = now();
         let mut child = match cmd.spawn() {
             Ok(c) => c,
@@ -395,20 +403,20 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
         let readiness = {
             let (context, pod, container) = (context.clone(), pod.clone(), container.clone());
             let started_at = started_at.clone();
+            let image_id = format!("local://{}", binary.display());
             tokio::spawn(async move {
                 if !ready_at_once {
                     while tokio::net::TcpStream::connect((ip, port)).await.is_err() {
                         tokio::time::sleep(Duration::from_millis(25)).await;
                     }
                 }
-                let mut statuses = json!([{
+                let statuses = json!([{
                     "name": container["name"], "image": container["image"],
-                    "imageID": format!("local://{}", container["image"].as_str().unwrap_or("")),
+                    "imageID": image_id,
                     "containerID": format!("local://{pid}"),
                     "ready": true, "started": true, "restartCount": attempt,
                     "state": {"running": {"startedAt": started_at}},
                 }]);
-                statuses[0]["imageID"] = json!(format!("local://{pid}"));
                 patch_status(
                     &context,
                     &pod,
@@ -477,7 +485,7 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
         )
         .await;
         tokio::time::sleep(backoff).await;
-        if gone(&context, &ns, &pname, &uid).await {
+        if may_not_start(&state, &uid) || gone(&context, &ns, &pname, &uid).await {
             return;
         }
     }
@@ -525,24 +533,33 @@ impl Launch<'_> {
                 "mkdir -p {SERVICE_ACCOUNT_DIR} && mount --bind \"$0\" {SERVICE_ACCOUNT_DIR} && "
             ));
         }
-        let mut cmd = if script.is_empty() {
-            tokio::process::Command::new(self.binary)
-        } else {
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        // The kernel kills the container's first process if this process dies first
+        // (`setpriv --pdeathsig`, util-linux): a test killed mid-run leaves no runner behind.
+        if Path::new(SETPRIV).exists() {
+            argv.extend([SETPRIV, "--pdeathsig", "KILL", "--"].map(Into::into));
+        }
+        if !script.is_empty() {
             script.push_str("exec \"$@\"");
-            let mut c = match self.bind_mount {
-                Some(_) => {
-                    let mut c = tokio::process::Command::new("/usr/bin/unshare");
-                    c.args(["--mount", "--propagation", "private", "--", "/bin/sh"]);
-                    c
-                }
-                None => tokio::process::Command::new("/bin/sh"),
-            };
-            c.arg("-c")
-                .arg(script)
-                .arg(self.bind_mount.unwrap_or(Path::new("sh")))
-                .arg(self.binary);
-            c
-        };
+            if self.bind_mount.is_some() {
+                argv.extend(
+                    [
+                        "/usr/bin/unshare",
+                        "--mount",
+                        "--propagation",
+                        "private",
+                        "--",
+                    ]
+                    .map(Into::into),
+                );
+            }
+            argv.extend(["/bin/sh", "-c"].map(Into::into));
+            argv.push(script.into());
+            argv.push(self.bind_mount.unwrap_or(Path::new("sh")).into());
+        }
+        argv.push(self.binary.into());
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
         cmd.args(&args)
             .env_clear()
             .envs(&context.config.base_env)
@@ -657,13 +674,16 @@ impl Init<'_> {
             dir: self.dir,
         };
         let started_at = now();
+        let uid = text(&self.pod["metadata"]["uid"]);
+        if may_not_start(self.state, &uid) {
+            return false;
+        }
         let Ok(mut child) = launch.command(self.context, log).spawn() else {
             let t = json!({"terminated": {"exitCode": 128, "reason": "StartError", "startedAt": started_at, "finishedAt": now()}});
             patch_status(self.context, self.pod, self.status(t, "Failed")).await;
             return false;
         };
         let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
-        let uid = text(&self.pod["metadata"]["uid"]);
         lock(&self.state.running).insert(
             uid.clone(),
             Running {
@@ -702,6 +722,12 @@ async fn oom_group_kill(uid: String, pid: i32, before: u64) {
             return;
         }
     }
+}
+
+/// Whether a container of the Pod `uid` must not start now: the agent stopped, or the Pod
+/// was deleted (or is being deleted) while it was being prepared.
+fn may_not_start(state: &State, uid: &str) -> bool {
+    state.stopped.load(std::sync::atomic::Ordering::SeqCst) || lock(&state.deleted).contains(uid)
 }
 
 /// Whether the Pod `ns/name` with `uid` is gone or being deleted.
@@ -766,6 +792,7 @@ async fn terminated(
 /// once it is gone (or never ran) the Pod is removed.
 fn terminate(context: &Arc<Context>, state: &Arc<State>, pod: &Value) {
     let uid = text(&pod["metadata"]["uid"]);
+    lock(&state.deleted).insert(uid.clone());
     let pid = {
         let mut running = lock(&state.running);
         match running.get_mut(&uid) {
