@@ -17,16 +17,11 @@ use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
 use tfops_runner::client::{ClientTls, RunnerClient, Session};
 use tfops_runner::tls::{Pki, runner_server_name};
-use tfops_testcluster::node::NodeConfig;
-use tfops_testcluster::{Options, TestCluster};
+use tfops_testcluster::TestCluster;
 
 mod support;
 
-const IMAGE: &str = "ghcr.io/tfops/tfops-runner";
-
-fn terraform() -> String {
-    std::env::var("TFOPS_TERRAFORM").unwrap_or_else(|_| "/usr/local/bin/terraform".into())
-}
+const IMAGE: &str = support::RUNNER_IMAGE;
 
 struct Fixture {
     cluster: TestCluster,
@@ -36,24 +31,7 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
-    let root = tempfile::tempdir().unwrap();
-    let mut base_env = std::collections::BTreeMap::new();
-    base_env.insert(
-        "PATH".to_string(),
-        std::env::var("PATH").unwrap_or_default(),
-    );
-    base_env.insert("TFOPS_TERRAFORM".to_string(), terraform());
-    let cluster = TestCluster::start_with(Options {
-        node: Some(NodeConfig {
-            name: None,
-            images: [(IMAGE.to_string(), support::runner_binary())].into(),
-            root: root.path().to_path_buf(),
-            base_env,
-        }),
-        binaries: None,
-    })
-    .await
-    .unwrap();
+    let (cluster, root) = support::cluster_with_node().await;
     let client = support::client(&cluster).await;
     support::namespace(&client, "team-a").await;
     let pp = PostParams::default();
