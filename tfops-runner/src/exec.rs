@@ -134,6 +134,13 @@ async fn pump<R: AsyncRead + Unpin>(
     out
 }
 
+/// Whether the inherited `TF_CLI_CONFIG_FILE` (not one the invocation sets) names no file.
+fn dangling_cli_config(env: &std::collections::BTreeMap<String, String>) -> bool {
+    !env.contains_key("TF_CLI_CONFIG_FILE")
+        && std::env::var_os("TF_CLI_CONFIG_FILE")
+            .is_some_and(|p| !p.is_empty() && !std::path::Path::new(&p).exists())
+}
+
 /// Runs `inv` to completion, sending its lines to `log`. When `cancel` turns true the process
 /// gets SIGTERM, and SIGKILL if it is still running after `grace`.
 ///
@@ -146,6 +153,11 @@ pub async fn run(
     grace: Duration,
 ) -> Result<Exit, ExecError> {
     let mut cmd = Command::new(&inv.program);
+    if dangling_cli_config(&inv.env) {
+        // Terraform ignores a CLI configuration file that does not exist; OpenTofu warns about
+        // it on stdout, ahead of the JSON the runner reads. Both then run without one.
+        cmd.env_remove("TF_CLI_CONFIG_FILE");
+    }
     cmd.args(&inv.args)
         .current_dir(&inv.dir)
         .envs(&inv.env)

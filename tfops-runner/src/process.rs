@@ -21,7 +21,7 @@ pub enum ProcessError {
     },
     /// No terraform/tofu binary.
     #[error(
-        "no {0} binary found on PATH; install one (scripts/install-terraform) or set TFOPS_TERRAFORM"
+        "no {0} binary found on PATH; install one (scripts/install-terraform, scripts/install-tofu) or set TFOPS_TERRAFORM or TFOPS_TOFU to its path"
     )]
     NoBinary(String),
     /// The port could not be bound.

@@ -42,39 +42,51 @@ pub struct RunnerConfig {
     pub kubeconfig: Option<PathBuf>,
 }
 
-/// Chooses the binary for `binary: auto | terraform | tofu` from the process environment:
-/// see [`find_binary_in`].
+/// Chooses the binary for `binary: auto | terraform | tofu` from the process environment
+/// (`PATH`, `TFOPS_TERRAFORM`, `TFOPS_TOFU`): see [`find_binary_in`].
 pub fn find_binary(choice: &str) -> Option<(String, PathBuf)> {
     find_binary_in(
         choice,
         std::env::var_os("PATH"),
-        std::env::var_os("TFOPS_TERRAFORM"),
+        &Overrides {
+            terraform: std::env::var_os("TFOPS_TERRAFORM"),
+            tofu: std::env::var_os("TFOPS_TOFU"),
+        },
     )
 }
 
-/// Chooses the binary for `binary: auto | terraform | tofu`: `auto` prefers `tofu` on `path`,
-/// then `terraform` (`tfops_terraform` first, a path that overrides the search, as in tests).
-/// Returns the name reported in status and the path, or `None` when the choice is not installed.
+/// Paths that name a binary outright instead of searching `PATH` (`TFOPS_TERRAFORM`,
+/// `TFOPS_TOFU`): tests and images that keep several builds side by side.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// The `terraform` to run.
+    pub terraform: Option<std::ffi::OsString>,
+    /// The `tofu` to run.
+    pub tofu: Option<std::ffi::OsString>,
+}
+
+/// Chooses the binary for `binary: auto | terraform | tofu`: `auto` prefers `tofu`, then
+/// `terraform`; each is its override when set, else the first on `path`. Returns the name
+/// reported in status and the path, or `None` when the choice is not installed.
 pub fn find_binary_in(
     choice: &str,
     path: Option<std::ffi::OsString>,
-    tfops_terraform: Option<std::ffi::OsString>,
+    overrides: &Overrides,
 ) -> Option<(String, PathBuf)> {
-    let on_path = |name: &str| {
-        path.as_ref().and_then(|paths| {
-            std::env::split_paths(paths)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
-    };
-    let terraform = || {
-        tfops_terraform
-            .clone()
+    let find = |name: &str, over: &Option<std::ffi::OsString>| {
+        over.clone()
             .map(PathBuf::from)
-            .or_else(|| on_path("terraform"))
-            .map(|p| ("terraform".to_string(), p))
+            .or_else(|| {
+                path.as_ref().and_then(|paths| {
+                    std::env::split_paths(paths)
+                        .map(|d| d.join(name))
+                        .find(|p| p.is_file())
+                })
+            })
+            .map(|p| (name.to_string(), p))
     };
-    let tofu = || on_path("tofu").map(|p| ("tofu".to_string(), p));
+    let terraform = || find("terraform", &overrides.terraform);
+    let tofu = || find("tofu", &overrides.tofu);
     match choice {
         "tofu" => tofu(),
         "terraform" => terraform(),
@@ -948,24 +960,32 @@ mod tests {
         std::fs::create_dir(&bin).unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(bin.join("terraform"), "").unwrap_or_else(|e| panic!("{e}"));
         let path = Some(bin.clone().into_os_string());
+        let none = Overrides::default();
         assert_eq!(
-            find_binary_in("auto", path.clone(), None).map(|b| b.0),
+            find_binary_in("auto", path.clone(), &none).map(|b| b.0),
             Some("terraform".into())
         );
-        assert_eq!(find_binary_in("tofu", path.clone(), None), None);
+        assert_eq!(find_binary_in("tofu", path.clone(), &none), None);
         std::fs::write(bin.join("tofu"), "").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            find_binary_in("auto", path.clone(), None),
+            find_binary_in("auto", path.clone(), &none),
             Some(("tofu".into(), bin.join("tofu")))
         );
         assert_eq!(
-            find_binary_in("terraform", path.clone(), None).map(|b| b.0),
+            find_binary_in("terraform", path.clone(), &none).map(|b| b.0),
             Some("terraform".into())
         );
-        let custom = Some(std::ffi::OsString::from("/opt/tf/terraform"));
+        let custom = Overrides {
+            terraform: Some("/opt/tf/terraform".into()),
+            tofu: Some("/opt/tofu/1.12.6/tofu".into()),
+        };
         assert_eq!(
-            find_binary_in("terraform", path, custom).map(|b| b.1),
+            find_binary_in("terraform", path.clone(), &custom).map(|b| b.1),
             Some(PathBuf::from("/opt/tf/terraform"))
+        );
+        assert_eq!(
+            find_binary_in("auto", path, &custom),
+            Some(("tofu".into(), PathBuf::from("/opt/tofu/1.12.6/tofu")))
         );
     }
 }

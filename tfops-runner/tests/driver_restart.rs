@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::*;
+use test_case::test_case;
+use tfops_core::api::Binary;
 use tfops_core::api::{ObjectKey, RunnerRole, SourceRef, TerraformObject};
 use tfops_core::conditions::{self, ConditionType};
 use tfops_core::ports::{Artifact, PortError, Revision, RunnerPort, RunnerSession, SourcePort};
@@ -97,8 +99,10 @@ impl RunnerPort for Remote {
     }
 }
 
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_driver_stopped_mid_apply_is_replaced_and_the_apply_happens_once() {
+async fn a_driver_stopped_mid_apply_is_replaced_and_the_apply_happens_once(binary: Binary) {
     let pki = pki();
     let runner = start_runner(server_tls(&pki, "team-a")).await;
     let tree = tempfile::tempdir().unwrap();
@@ -108,7 +112,7 @@ async fn a_driver_stopped_mid_apply_is_replaced_and_the_apply_happens_once() {
     std::fs::write(config_dir.join("main.tf"), slow_config(&marker)).unwrap();
 
     let world = FakeWorld::new(tfops_core::Timestamp::now());
-    let mut o = object("");
+    let mut o = object_run_by("", binary);
     o.spec.approve_plan = "auto".into();
     let key = world.create(o);
     let mut ports = world.ports();
@@ -207,8 +211,10 @@ impl Proxy {
     }
 }
 
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_that_breaks_mid_apply_is_re_attached_and_the_apply_counts_once() {
+async fn a_stream_that_breaks_mid_apply_is_re_attached_and_the_apply_counts_once(binary: Binary) {
     let pki = pki();
     let runner = start_runner(server_tls(&pki, "team-a")).await;
     let proxy = Proxy::start(runner.addr).await;
@@ -227,7 +233,7 @@ async fn a_stream_that_breaks_mid_apply_is_re_attached_and_the_apply_counts_once
     .unwrap();
     let mut s = Session::start(client, "blip").await.unwrap();
     let request = tfops_core::ports::SetupRequest {
-        object: object(""),
+        object: object_run_by("", binary),
         artifact: artifact(tree.path()),
         inputs: Default::default(),
     };

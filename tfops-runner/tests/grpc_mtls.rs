@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::*;
+use test_case::test_case;
+use tfops_core::api::Binary;
 use tfops_core::ports::{
     self, Artifact, PlanRequest, PortError, ResolvedInputs, RunnerSession, SetupRequest,
 };
@@ -125,15 +127,17 @@ fn plan(kind: ports::PlanKind) -> PlanRequest {
     }
 }
 
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
 #[tokio::test]
-async fn a_whole_run_through_the_session_port() {
+async fn a_whole_run_through_the_session_port(binary: Binary) {
     let pki = pki();
     let runner = start_runner(server_tls(&pki, "team-a")).await;
     let tree = tempfile::tempdir().unwrap();
     std::fs::create_dir(tree.path().join("infra")).unwrap();
     write_config(&tree.path().join("infra"), "");
     let request = SetupRequest {
-        object: object("infra"),
+        object: object_run_by("infra", binary),
         artifact: artifact(tree.path()),
         inputs: ResolvedInputs {
             vars: [("size".to_string(), serde_json::json!(3))].into(),
@@ -143,8 +147,9 @@ async fn a_whole_run_through_the_session_port() {
     let mut s = session(runner.addr, &pki, "vpc-1").await;
     s.setup(&request).await.unwrap();
     s.init().await.unwrap();
+    let reported = format!("{} 1.", binary.as_str());
     assert!(
-        s.binary().starts_with("terraform 1."),
+        s.binary().starts_with(&reported),
         "known after init: {}",
         s.binary()
     );
@@ -177,8 +182,10 @@ async fn a_whole_run_through_the_session_port() {
     s.cleanup().await.unwrap();
 }
 
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
 #[tokio::test]
-async fn a_broken_plan_reports_terraforms_diagnostic() {
+async fn a_broken_plan_reports_terraforms_diagnostic(binary: Binary) {
     let pki = pki();
     let runner = start_runner(server_tls(&pki, "team-a")).await;
     let tree = tempfile::tempdir().unwrap();
@@ -188,7 +195,7 @@ async fn a_broken_plan_reports_terraforms_diagnostic() {
     )
     .unwrap();
     let request = SetupRequest {
-        object: object(""),
+        object: object_run_by("", binary),
         artifact: artifact(tree.path()),
         inputs: Default::default(),
     };

@@ -9,7 +9,9 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
+use test_case::test_case;
 use tfops_core::Timestamp;
+use tfops_core::api::Binary;
 use tfops_core::ports::{
     self, OutputsRequest, PlanRequest, PlanToStore, PortError, ResolvedInputs, RunnerSession,
     SetupRequest,
@@ -38,10 +40,10 @@ impl Stores for WorldStores {
     }
 }
 
-fn setup_request(tree: &std::path::Path) -> SetupRequest {
+fn setup_request(tree: &std::path::Path, binary: Binary) -> SetupRequest {
     std::fs::create_dir(tree.join("infra")).unwrap();
     write_config(&tree.join("infra"), "");
-    let mut object = object("infra");
+    let mut object = object_run_by("infra", binary);
     object.metadata.uid = "uid-123".into();
     SetupRequest {
         object,
@@ -61,8 +63,12 @@ fn normal() -> PlanRequest {
     }
 }
 
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
 #[tokio::test]
-async fn plans_and_outputs_are_written_by_the_runner_and_only_revealed_values_return() {
+async fn plans_and_outputs_are_written_by_the_runner_and_only_revealed_values_return(
+    binary: Binary,
+) {
     let pki = pki();
     let world = FakeWorld::new(Timestamp::now());
     let stores = Arc::new(WorldStores {
@@ -71,7 +77,7 @@ async fn plans_and_outputs_are_written_by_the_runner_and_only_revealed_values_re
     });
     let runner = start_runner_with(server_tls(&pki, "team-a"), Some(stores.clone())).await;
     let tree = tempfile::tempdir().unwrap();
-    let request = setup_request(tree.path());
+    let request = setup_request(tree.path(), binary);
     let key = request.object.key();
     let mut s = session(runner.addr, &pki, "vpc-1").await;
     s.setup(&request).await.unwrap();
@@ -153,7 +159,7 @@ async fn a_runner_without_stores_refuses_to_store_and_says_why() {
     let pki = pki();
     let runner = start_runner(server_tls(&pki, "team-a")).await;
     let tree = tempfile::tempdir().unwrap();
-    let request = setup_request(tree.path());
+    let request = setup_request(tree.path(), Binary::Terraform);
     let mut s = session(runner.addr, &pki, "vpc-1").await;
     s.setup(&request).await.unwrap();
     s.init().await.unwrap();

