@@ -73,6 +73,9 @@ pub struct RunEntry {
     /// The last lines Terraform wrote (at most [`MAX_TAIL`] bytes).
     #[serde(default)]
     pub output_tail: String,
+    /// The binary and version that ran (`tofu 1.12.6`, `terraform 1.15.5`), once known.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub binary: String,
     /// Who planned (or checked drift) in this run: the runner's identity.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub planned_by: String,
@@ -169,14 +172,26 @@ pub fn entry(
         reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
         message: ready.map(|c| c.message.clone()).unwrap_or_default(),
         output_tail: String::new(),
+        binary: String::new(),
         planned_by: String::new(),
         applied_by: String::new(),
     };
     let mut planned = false;
     for r in report.records.iter().filter(|r| is_run(r.step)) {
         match (&r.result, r.step) {
-            (Ok(Outcome::RunnerStarted { identity, .. }), StepKind::StartRunner) => {
+            (
+                Ok(Outcome::RunnerStarted {
+                    identity, binary, ..
+                }),
+                StepKind::StartRunner,
+            ) => {
                 entry.planned_by.clone_from(identity);
+                if !binary.is_empty() {
+                    entry.binary.clone_from(binary);
+                }
+            }
+            (Ok(Outcome::SetUp { binary, .. }), _) if !binary.is_empty() => {
+                entry.binary.clone_from(binary);
             }
             (Ok(_), StepKind::Plan | StepKind::DetectDrift) => planned = true,
             _ => {}
@@ -330,6 +345,7 @@ mod tests {
                     reason: String::new(),
                     message: String::new(),
                     output_tail: String::new(),
+                    binary: String::new(),
                     planned_by: String::new(),
                     applied_by: String::new(),
                 },

@@ -167,6 +167,7 @@ mod tests {
             reason: String::new(),
             message: String::new(),
             output_tail: "x".repeat(tail),
+            binary: String::new(),
             planned_by: String::new(),
             applied_by: String::new(),
         }

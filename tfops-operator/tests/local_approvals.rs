@@ -1,4 +1,4 @@
-//! Approvals in `tfops local` with a real terraform: what is approved is what is applied, and
+//! Approvals in `tfops local` with real Terraform and OpenTofu: what is approved is what is applied, and
 //! an approval counts once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -6,7 +6,8 @@ mod common;
 
 use std::path::Path;
 
-use common::tfops;
+use common::{Binary, tfops, tfops_with};
+use test_case::test_case;
 
 /// A project whose one resource reads `outside.txt`, a file that is not part of the source.
 fn project(vars: &str) -> tempfile::TempDir {
@@ -45,25 +46,34 @@ fn output(dir: &Path) -> String {
 
 /// Issue 11 A: approve and apply; edit a variable (a new plan under the same id); `apply`
 /// again without approving: nothing is applied.
-#[test]
-fn regression_an_approval_is_not_reused_by_the_next_plan() {
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
+fn regression_an_approval_is_not_reused_by_the_next_plan(binary: Binary) {
     let p = project("1");
-    let first = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    let first = tfops_with(
+        binary,
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
     assert_eq!(first.code, 1, "{}{}", first.stdout, first.stderr);
     let id = pending(p.path());
-    let approved = tfops(p.path(), &["local", "approve", "app"]);
+    let approved = tfops_with(binary, p.path(), &["local", "approve", "app"]);
     assert_eq!(approved.code, 0, "{}{}", approved.stdout, approved.stderr);
     assert!(output(p.path()).contains("1:first"));
 
     write_manifest(p.path(), "2");
-    let replanned = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    let replanned = tfops_with(
+        binary,
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
     assert_eq!(
         replanned.code, 1,
         "{}{}",
         replanned.stdout, replanned.stderr
     );
     assert_eq!(pending(p.path()), id, "same revision, same plan id");
-    let again = tfops(p.path(), &["local", "apply"]);
+    let again = tfops_with(binary, p.path(), &["local", "apply"]);
     assert_eq!(again.code, 1, "{}{}", again.stdout, again.stderr);
     assert!(
         !again.stdout.contains("TerraformAppliedSucceed"),
@@ -73,21 +83,26 @@ fn regression_an_approval_is_not_reused_by_the_next_plan() {
     assert!(again.stdout.contains("does not count"), "{}", again.stdout);
     assert!(output(p.path()).contains("1:first"), "nothing was applied");
 
-    let approved = tfops(p.path(), &["local", "approve", "app", &id]);
+    let approved = tfops_with(binary, p.path(), &["local", "approve", "app", &id]);
     assert_eq!(approved.code, 0, "{}{}", approved.stdout, approved.stderr);
     assert!(output(p.path()).contains("2:first"));
 }
 
 /// The plan re-made before applying reads a file outside the source that changed after the
 /// approval: nothing is applied, and the new plan is pending with a message saying why.
-#[test]
-fn a_plan_that_changed_since_its_approval_is_not_applied() {
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
+fn a_plan_that_changed_since_its_approval_is_not_applied(binary: Binary) {
     let p = project("1");
-    let first = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    let first = tfops_with(
+        binary,
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
     assert_eq!(first.code, 1, "{}{}", first.stdout, first.stderr);
 
     std::fs::write(p.path().join("outside.txt"), "second").unwrap();
-    let approved = tfops(p.path(), &["local", "approve", "app"]);
+    let approved = tfops_with(binary, p.path(), &["local", "approve", "app"]);
     assert_eq!(approved.code, 1, "{}{}", approved.stdout, approved.stderr);
     assert!(
         approved.stdout.contains("changed since it was approved"),
@@ -96,14 +111,14 @@ fn a_plan_that_changed_since_its_approval_is_not_applied() {
     );
     assert!(!approved.stdout.contains("TerraformAppliedSucceed"));
     assert_eq!(output(p.path()), "", "nothing was applied");
-    let show = tfops(p.path(), &["local", "plan", "show", "app"]);
+    let show = tfops_with(binary, p.path(), &["local", "plan", "show", "app"]);
     assert!(
         show.stdout.contains("second"),
         "the new plan is stored: {}",
         show.stdout
     );
 
-    let approved = tfops(p.path(), &["local", "approve", "app"]);
+    let approved = tfops_with(binary, p.path(), &["local", "approve", "app"]);
     assert_eq!(approved.code, 0, "{}{}", approved.stdout, approved.stderr);
     assert!(
         output(p.path()).contains("1:second"),

@@ -6,7 +6,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{terraform, tfops};
+use common::{Binary, terraform, tfops, tfops_with};
+use test_case::test_case;
 
 const CONFIG: &str = r#"
 variable "n" {
@@ -57,13 +58,18 @@ fn project(yaml: &str) -> tempfile::TempDir {
     dir
 }
 
-#[test]
-fn apply_then_apply_again_changes_nothing() {
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
+fn apply_then_apply_again_changes_nothing(binary: Binary) {
     let p = project(&object(
         "app",
         "  approvePlan: auto\n  writeOutputsToSecret:\n    name: app-out\n",
     ));
-    let first = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    let first = tfops_with(
+        binary,
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
     assert_eq!(first.code, 0, "{}{}", first.stdout, first.stderr);
     assert!(first.stdout.contains("plan: +1 ~0 -0"), "{}", first.stdout);
     assert!(first.stdout.contains("TerraformAppliedSucceed"));
@@ -75,7 +81,11 @@ fn apply_then_apply_again_changes_nothing() {
     );
     assert!(std::fs::read_to_string(&outputs).unwrap().contains("a-1"));
 
-    let second = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    let second = tfops_with(
+        binary,
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
     assert_eq!(second.code, 0, "{}{}", second.stdout, second.stderr);
     assert!(
         second.stdout.contains("drift check: no drift"),
@@ -88,22 +98,31 @@ fn apply_then_apply_again_changes_nothing() {
         second.stdout
     );
 
-    let status = tfops(p.path(), &["local", "status", "--output", "json"]);
+    let status = tfops_with(binary, p.path(), &["local", "status", "--output", "json"]);
     let v: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
     assert_eq!(v[0]["reason"], "NoDrift");
 }
 
-#[test]
-fn a_plan_waits_for_approval_and_stale_ids_are_refused() {
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
+fn a_plan_waits_for_approval_and_stale_ids_are_refused(binary: Binary) {
     let p = project(&object("app", ""));
-    let first = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    let first = tfops_with(
+        binary,
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
     assert_eq!(
         first.code, 1,
         "not Ready while waiting: {}{}",
         first.stdout, first.stderr
     );
     assert!(first.stdout.contains("awaits approval"), "{}", first.stdout);
-    let status = tfops(p.path(), &["local", "status", "app", "--output", "json"]);
+    let status = tfops_with(
+        binary,
+        p.path(),
+        &["local", "status", "app", "--output", "json"],
+    );
     let v: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
     let pending = v[0]["status"]["plan"]["pending"]
         .as_str()
@@ -115,21 +134,22 @@ fn a_plan_waits_for_approval_and_stale_ids_are_refused() {
         "the id to approve is printed"
     );
 
-    let show = tfops(p.path(), &["local", "plan", "show", "app"]);
+    let show = tfops_with(binary, p.path(), &["local", "plan", "show", "app"]);
     assert!(
         show.stdout.contains("terraform_data.a will be created"),
         "{}",
         show.stdout
     );
 
-    let stale = tfops(
+    let stale = tfops_with(
+        binary,
         p.path(),
         &["local", "approve", "app", "plan-local-0000000000"],
     );
     assert_eq!(stale.code, 2);
     assert!(stale.stderr.contains("is stale"), "{}", stale.stderr);
 
-    let approved = tfops(p.path(), &["local", "approve", "app", &pending]);
+    let approved = tfops_with(binary, p.path(), &["local", "approve", "app", &pending]);
     assert_eq!(approved.code, 0, "{}{}", approved.stdout, approved.stderr);
     assert!(
         approved.stdout.contains("TerraformAppliedSucceed"),
@@ -221,6 +241,7 @@ fn bad_input_gets_a_clear_message() {
         .args(["local", "apply", "-f", "terraform.yaml"])
         .current_dir(p.path())
         .env_remove("TFOPS_TERRAFORM")
+        .env_remove("TFOPS_TOFU")
         .env("PATH", "/nonexistent")
         .output()
         .unwrap();
@@ -244,17 +265,39 @@ fn bad_input_gets_a_clear_message() {
         stderr.contains("TFOPS_TERRAFORM is /nonexistent/terraform"),
         "{stderr}"
     );
+    let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
+        .args(["local", "apply", "-f", "terraform.yaml", "--binary", "tofu"])
+        .current_dir(p.path())
+        .env("TFOPS_TOFU", "/nonexistent/tofu")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("TFOPS_TOFU is /nonexistent/tofu"),
+        "{stderr}"
+    );
 }
 
-#[test]
-fn drift_is_detected_and_corrected_in_auto_mode_then_destroy_removes_everything() {
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
+fn drift_is_detected_and_corrected_in_auto_mode_then_destroy_removes_everything(binary: Binary) {
     let p = project(&object("app", "  approvePlan: auto\n"));
     assert_eq!(
-        tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]).code,
+        tfops_with(
+            binary,
+            p.path(),
+            &["local", "apply", "-f", "terraform.yaml"]
+        )
+        .code,
         0
     );
     upstream(p.path(), "red", 2);
-    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    let out = tfops_with(
+        binary,
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
     assert!(
         out.stdout
             .contains("drift check: drift in output.upstream_color"),
@@ -266,11 +309,15 @@ fn drift_is_detected_and_corrected_in_auto_mode_then_destroy_removes_everything(
         "re-planned and applied in auto mode: {}{}",
         out.stdout, out.stderr
     );
-    let status = tfops(p.path(), &["local", "status", "app", "--output", "json"]);
+    let status = tfops_with(
+        binary,
+        p.path(),
+        &["local", "status", "app", "--output", "json"],
+    );
     let v: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
     assert!(v[0]["status"]["lastDriftDetectedAt"].is_string());
 
-    let out = tfops(p.path(), &["local", "destroy", "app"]);
+    let out = tfops_with(binary, p.path(), &["local", "destroy", "app"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(
         out.stdout.contains("destroy") && out.stdout.contains("removed"),
@@ -284,7 +331,7 @@ fn drift_is_detected_and_corrected_in_auto_mode_then_destroy_removes_everything(
         "resources destroyed, state file kept"
     );
     assert!(
-        tfops(p.path(), &["local", "status", "--output", "json"])
+        tfops_with(binary, p.path(), &["local", "status", "--output", "json"])
             .stdout
             .trim()
             == "[]"
@@ -374,21 +421,40 @@ fn the_demo_reconciles_examples_hello() {
     );
 }
 
-#[test]
-fn watch_interrupted_mid_apply_then_restarted_keeps_state_and_applies_once() {
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
+fn watch_interrupted_mid_apply_then_restarted_keeps_state_and_applies_once(binary: Binary) {
     let p = project(&object("app", "  approvePlan: auto\n"));
-    let slow = "resource \"terraform_data\" \"slow\" {\n  provisioner \"local-exec\" {\n    command = \"sleep 30\"\n  }\n}\n";
+    // The provisioner marks its start, so the test interrupts an apply under way.
+    let started_marker = p.path().join("apply-started");
+    let slow = format!(
+        "resource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"touch {} && sleep 30\"\n  }}\n}}\n",
+        started_marker.display()
+    );
     let main = p.path().join("infra/main.tf");
     let config = std::fs::read_to_string(&main).unwrap();
     std::fs::write(&main, format!("{config}\n{slow}")).unwrap();
-    let watch = Command::new(env!("CARGO_BIN_EXE_tfops"))
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_tfops"))
         .args(["local", "watch", "-f", "terraform.yaml"])
         .current_dir(p.path())
+        .env("TFOPS_BINARY", binary.as_str())
         .env("TFOPS_TERRAFORM", terraform())
+        .env("TFOPS_TOFU", common::program(Binary::Tofu))
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(6));
+    let waited = std::time::Instant::now();
+    while !started_marker.exists() {
+        assert!(
+            watch.try_wait().unwrap().is_none(),
+            "tfops local watch ended before the apply started"
+        );
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(120),
+            "the apply never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     // Ctrl-C: tfops stops its runner, which cancels terraform (SIGTERM) so it releases its lock.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(watch.id() as i32),
@@ -409,7 +475,11 @@ fn watch_interrupted_mid_apply_then_restarted_keeps_state_and_applies_once() {
     // The interrupted apply was recorded; its runner stopped with the first command, so its
     // result is unknown and that is said before planning again from the state.
     std::fs::write(&main, config).unwrap();
-    let again = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    let again = tfops_with(
+        binary,
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
     assert_eq!(again.code, 0, "{}{}", again.stdout, again.stderr);
     let said = format!("{}{}", again.stdout, again.stderr);
     assert!(
@@ -453,12 +523,17 @@ fn replan_plans_even_when_nothing_changed_and_unlock_needs_a_lock() {
     );
 }
 
-#[test]
-fn a_policy_in_the_manifests_blocks_a_plan_it_denies() {
+#[test_case(Binary::Terraform ; "terraform")]
+#[test_case(Binary::Tofu ; "tofu")]
+fn a_policy_in_the_manifests_blocks_a_plan_it_denies(binary: Binary) {
     let policy = "apiVersion: infra.argocd.io/v1alpha1\nkind: TerraformPolicy\nmetadata:\n  name: small-changes\n  namespace: demo\nspec:\n  rules:\n    - name: no-creates-of-a\n      scope: Resource\n      expression: \"!(change.address == 'terraform_data.a' && 'create' in change.actions)\"\n      message: a must not be created here\n";
     let yaml = format!("{}  approvePlan: auto\n---\n{policy}", object("app", ""));
     let p = project(&yaml);
-    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    let out = tfops_with(
+        binary,
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("ValidationFailed"), "{}", out.stdout);
     assert!(
@@ -476,7 +551,11 @@ fn a_policy_in_the_manifests_blocks_a_plan_it_denies() {
         policy.replace("change.address", "chnge.address")
     );
     let p = project(&broken);
-    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
+    let out = tfops_with(
+        binary,
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
     assert_eq!(out.code, 2, "a broken policy stops before any run");
     assert!(out.stderr.contains("chnge"), "{}", out.stderr);
 }
@@ -550,42 +629,105 @@ fn policy_test_checks_expectations_like_a_test_runner() {
     );
 }
 
+/// `status.binary` of the object `name` in the project at `dir`.
+fn status_binary(dir: &Path, name: &str) -> String {
+    let status = tfops(dir, &["local", "status", name, "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    v[0]["status"]["binary"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `spec.runner.binary` picks the binary per object; `--binary` (or `TFOPS_BINARY`) is what
+/// `auto` means on this machine, and auto prefers tofu. Status and each run of the history
+/// say which binary and version ran.
 #[test]
 fn the_objects_runner_binary_is_what_runs_and_status_says_so() {
-    let p = project(&object(
-        "app",
-        "  approvePlan: auto\n  runner:\n    binary: terraform\n",
-    ));
-    let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
-    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    let status = tfops(p.path(), &["local", "status", "app", "--output", "json"]);
-    let v: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
-    let binary = v[0]["status"]["binary"].as_str().unwrap();
-    assert!(binary.starts_with("terraform 1."), "{binary}");
+    let version = |binary: Binary| {
+        let out = Command::new(common::program(binary))
+            .args(["version", "-json"])
+            .env_remove("TF_CLI_CONFIG_FILE")
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        format!(
+            "{} {}",
+            binary.as_str(),
+            v["terraform_version"].as_str().unwrap()
+        )
+    };
+    let (terraform_ran, tofu_ran) = (version(Binary::Terraform), version(Binary::Tofu));
 
-    // A binary this machine does not have is said plainly (no tofu is installed here).
+    // The object names tofu; this machine's default is terraform: the object wins.
     let p = project(&object(
         "app",
         "  approvePlan: auto\n  runner:\n    binary: tofu\n",
     ));
-    let out = tfops(
+    let out = tfops_with(
+        Binary::Terraform,
         p.path(),
-        &[
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(status_binary(p.path(), "app"), tofu_ran);
+    let history = tfops(p.path(), &["local", "history", "app", "--output", "json"]);
+    let runs: serde_json::Value = serde_json::from_str(&history.stdout).unwrap();
+    assert_eq!(runs[0]["binary"], serde_json::json!(tofu_ran), "{runs}");
+    let table = tfops(p.path(), &["local", "history", "app"]);
+    assert!(table.stdout.contains("BINARY"), "{}", table.stdout);
+    assert!(table.stdout.contains(&tofu_ran), "{}", table.stdout);
+
+    // The other way round.
+    let p = project(&object(
+        "app",
+        "  approvePlan: auto\n  runner:\n    binary: terraform\n",
+    ));
+    let out = tfops_with(
+        Binary::Tofu,
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(status_binary(p.path(), "app"), terraform_ran);
+
+    // auto on a machine with both: tofu.
+    let p = project(&object("app", "  approvePlan: auto\n"));
+    let out = tfops_with(
+        Binary::Auto,
+        p.path(),
+        &["local", "apply", "-f", "terraform.yaml"],
+    );
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(status_binary(p.path(), "app"), tofu_ran);
+
+    // A binary this machine does not have is said plainly, and nothing falls back to the other.
+    let p = project(&object(
+        "app",
+        "  approvePlan: auto\n  runner:\n    binary: tofu\n",
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
+        .args([
             "local",
             "apply",
             "-f",
             "terraform.yaml",
             "--binary",
             "terraform",
-        ],
-    );
-    assert_ne!(out.code, 0);
+        ])
+        .current_dir(p.path())
+        .env("TFOPS_TERRAFORM", terraform())
+        .env_remove("TFOPS_TOFU")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_ne!(out.status.code(), Some(0));
     assert!(
-        out.stdout.contains("spec.runner.binary is tofu"),
-        "{}{}",
-        out.stdout,
-        out.stderr
+        stdout.contains("spec.runner.binary is tofu, which this runner does not have"),
+        "{stdout}"
     );
+    assert!(!stdout.contains("TerraformAppliedSucceed"), "{stdout}");
 }
 
 /// On a terminal (a pseudo-terminal from util-linux's `script`), the running step shows a

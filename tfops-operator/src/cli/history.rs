@@ -29,7 +29,7 @@ fn short_revision(revision: &str) -> String {
 pub fn rows(runs: &[RunEntry]) -> Vec<Vec<String>> {
     let mut rows = vec![
         [
-            "#", "STARTED", "TRIGGER", "REVISION", "PLAN", "CHANGES", "RESULT", "REASON",
+            "#", "STARTED", "TRIGGER", "REVISION", "PLAN", "CHANGES", "RESULT", "REASON", "BINARY",
             "DURATION",
         ]
         .map(String::from)
@@ -52,6 +52,7 @@ pub fn rows(runs: &[RunEntry]) -> Vec<Vec<String>> {
             r.summary.map_or("-".into(), |s| s.to_string()),
             r.result.clone(),
             dash(&r.reason),
+            dash(&r.binary),
             format!("{:.1}s", r.duration().as_secs_f64()),
         ]);
     }
@@ -96,9 +97,13 @@ pub fn print_output(object: &str, runs: &[RunEntry], n: usize) -> anyhow::Result
     Ok(())
 }
 
-/// `, planned by A, applied by B` for the identities a run recorded (empty when none did).
+/// `, with tofu 1.12.6, planned by A, applied by B` for the binary and identities a run
+/// recorded (empty when it recorded none).
 fn identities(run: &RunEntry) -> String {
     let mut out = String::new();
+    if !run.binary.is_empty() {
+        out.push_str(&format!(", with {}", run.binary));
+    }
     if !run.planned_by.is_empty() {
         out.push_str(&format!(", planned by {}", run.planned_by));
     }

@@ -136,19 +136,20 @@ pub enum LocalPlan {
 /// Bad manifests, the state directory, the runner.
 pub async fn run(args: LocalArgs) -> anyhow::Result<bool> {
     let o = args.options;
+    let json = o.output == Output::Json;
     let local = Local::open(Options {
         files: o.files,
         state_dir: o.state_dir,
-        json: o.output == Output::Json,
+        json,
         binary: o.binary.name().to_string(),
         logs: o.logs,
     })?;
-    let result = command(&local, args.command).await;
+    let result = command(&local, args.command, json).await;
     local.shutdown().await;
     result
 }
 
-async fn command(local: &Local, command: LocalCommand) -> anyhow::Result<bool> {
+async fn command(local: &Local, command: LocalCommand, json: bool) -> anyhow::Result<bool> {
     let (names, request) = match command {
         LocalCommand::Apply => (vec![], Request::Reconcile),
         LocalCommand::Watch => return watch(local).await,
@@ -157,7 +158,12 @@ async fn command(local: &Local, command: LocalCommand) -> anyhow::Result<bool> {
             return Ok(local.print(&reports));
         }
         LocalCommand::History { name } => {
-            super::history::print_runs(&name, &local.history(&name)?);
+            let runs = local.history(&name)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&runs)?);
+            } else {
+                super::history::print_runs(&name, &runs);
+            }
             return Ok(true);
         }
         LocalCommand::Logs { name, run } => {

@@ -6,18 +6,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+pub use tfops_core::api::Binary;
+
 /// The terraform the tests run: `TFOPS_TERRAFORM`, else `terraform` on `PATH`.
 pub fn terraform() -> PathBuf {
-    std::env::var_os("TFOPS_TERRAFORM")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("PATH").and_then(|p| {
-                std::env::split_paths(&p)
-                    .map(|d| d.join("terraform"))
-                    .find(|p| p.is_file())
-            })
+    program(Binary::Terraform)
+}
+
+/// The `binary` the tests run, found as the runner finds it (`TFOPS_TERRAFORM`, `TFOPS_TOFU`,
+/// else `PATH`); `scripts/install-terraform` and `scripts/install-tofu` provide them.
+pub fn program(binary: Binary) -> PathBuf {
+    tfops_runner::server::find_binary(binary.as_str())
+        .map(|(_, path)| path)
+        .unwrap_or_else(|| {
+            panic!(
+                "no {}: run scripts/install-terraform and scripts/install-tofu and set TFOPS_TERRAFORM and TFOPS_TOFU",
+                binary.as_str()
+            )
         })
-        .expect("a real terraform: run scripts/install-terraform and set TFOPS_TERRAFORM")
 }
 
 /// What a `tfops` invocation printed.
@@ -32,10 +38,18 @@ pub struct Out {
 
 /// Runs `tfops ARGS` in `dir` with the real terraform.
 pub fn tfops(dir: &Path, args: &[&str]) -> Out {
+    tfops_with(Binary::Terraform, dir, args)
+}
+
+/// Runs `tfops ARGS` in `dir` with `binary` as what `auto` means (`TFOPS_BINARY`); both
+/// binaries are at hand, for objects that name the other one.
+pub fn tfops_with(binary: Binary, dir: &Path, args: &[&str]) -> Out {
     let out = Command::new(env!("CARGO_BIN_EXE_tfops"))
         .args(args)
         .current_dir(dir)
+        .env("TFOPS_BINARY", binary.as_str())
         .env("TFOPS_TERRAFORM", terraform())
+        .env("TFOPS_TOFU", program(Binary::Tofu))
         .output()
         .unwrap();
     Out {
