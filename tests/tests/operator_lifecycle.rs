@@ -1,7 +1,8 @@
-//! The operator end to end on the test cluster (the real control plane), with real runner Pods and Terraform: a
-//! `Terraform` object from `kubectl apply` to `Ready`, with its state written by Terraform's
-//! kubernetes backend as the runner's ServiceAccount, its plan and outputs objects owned by
-//! it, and no runner Pod left.
+//! The operator end to end on the test cluster (the real control plane), with real runner
+//! Pods, once with Terraform and once with `binary: auto`, which runs OpenTofu in an image
+//! that has both: a `Terraform` object from `kubectl apply` to `Ready`, with its state written
+//! by the binary's kubernetes backend as the runner's ServiceAccount, its plan and outputs
+//! objects owned by it, status and history naming the binary, and no runner Pod left.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -10,14 +11,18 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams};
 use serde_json::json;
 use support::operator::{Operator, ready_with};
+use test_case::test_case;
 
+#[test_case("terraform", "terraform" ; "terraform")]
+#[test_case("auto", "tofu" ; "auto runs tofu")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kubectl_apply_to_ready_with_state_outputs_and_no_runner_left() {
+async fn kubectl_apply_to_ready_with_state_outputs_and_no_runner_left(asked: &str, ran: &str) {
     let op = Operator::start().await;
     op.apply(&op.manifest(
         "web",
         json!({"approvePlan": "auto", "writeOutputsToSecret": {"name": "web-outputs"},
-               "vars": [{"name": "greeting", "value": "hi"}]}),
+               "vars": [{"name": "greeting", "value": "hi"}],
+               "runner": {"binary": asked}}),
     ));
     let t = op
         .wait_for("web", "became Ready", 120, |t| {
@@ -31,16 +36,23 @@ async fn kubectl_apply_to_ready_with_state_outputs_and_no_runner_left() {
             .unwrap()
             .starts_with("main@sha1:")
     );
-    assert!(
-        status
-            .binary
-            .unwrap_or_default()
-            .starts_with("terraform 1.")
-    );
+    let binary = status.binary.clone().unwrap_or_default();
+    assert!(binary.starts_with(&format!("{ran} 1.")), "{binary}");
+    op.wait_for_runs("web", 1).await;
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(op.admin.clone(), "team-a");
+    let history = maps
+        .get(&tfops_kube::history::history_name("web"))
+        .await
+        .unwrap();
+    let runs: Vec<tfops_core::history::RunEntry> =
+        serde_json::from_str(&history.data.unwrap()["runs.json"]).unwrap();
+    assert!(runs.iter().all(|r| r.binary == binary), "{runs:?}");
     let uid = t.metadata.uid.clone().unwrap();
 
     let secrets: Api<Secret> = Api::namespaced(op.admin.clone(), "team-a");
     let state = secrets.get("tfstate-default-web").await.unwrap();
+    // OpenTofu's backend labels its Secret as Terraform's does.
     assert_eq!(
         state.metadata.labels.unwrap()["app.kubernetes.io/managed-by"],
         "terraform"

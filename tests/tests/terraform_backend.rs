@@ -1,10 +1,11 @@
-//! Terraform's own `kubernetes` state backend (client-go inside Terraform) on the real API
-//! server, as processes: `init`, `apply` writing the state Secret, a second `apply` refused
-//! while a first one holds the lock Lease, `force-unlock` after a killed run, and workspaces,
-//! all as a ServiceAccount holding only the RBAC the notes list (no 403 in the audit log). Run
-//! with every Terraform at hand: the one the runner tests use and one of 1.13 or later (built
-//! by `scripts/install-terraform --at-least 1.13`), whose backend sends Lease bodies as
-//! protobuf.
+//! The `kubernetes` state backend of Terraform and of OpenTofu (client-go inside each) on the
+//! real API server, as processes: `init`, `apply` writing the state Secret, a second `apply`
+//! refused while a first one holds the lock Lease, `force-unlock` after a killed run, and
+//! workspaces, all as a ServiceAccount holding only the RBAC the notes list (no 403 in the
+//! audit log). Run with every binary at hand: the Terraform the runner tests use, one of 1.13
+//! or later (built by `scripts/install-terraform --at-least 1.13`), whose backend sends Lease
+//! bodies as protobuf, and OpenTofu, whose backend keeps the same Secret, labels, Lease and
+//! lock-info annotation.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Read;
@@ -20,7 +21,8 @@ use tfops_testcluster::TestCluster;
 
 mod support;
 
-/// The Terraform binaries to judge the server with, and whether each sends protobuf.
+/// The binaries to judge the server with, and whether each sends protobuf: the Terraform the
+/// runner tests use, one of 1.13 or later, and OpenTofu (`TFOPS_TOFU`).
 fn terraforms() -> Vec<(PathBuf, bool)> {
     let mut out = Vec::new();
     let runner = std::env::var_os("TFOPS_TERRAFORM")
@@ -42,14 +44,32 @@ fn terraforms() -> Vec<(PathBuf, bool)> {
         out.iter().any(|(_, protobuf)| *protobuf),
         "no Terraform >= 1.13 found: run scripts/install-terraform --at-least 1.13 (or set TFOPS_TERRAFORM_PROTOBUF)"
     );
+    let tofu = tfops_runner::server::find_binary("tofu")
+        .map(|(_, p)| p)
+        .expect("no tofu: run scripts/install-tofu and set TFOPS_TOFU");
+    assert!(is_tofu(&tofu), "{} is no OpenTofu", tofu.display());
+    out.push((tofu, false));
     out
 }
 
+/// The minor version of a Terraform (`Terraform v1.N…`); `None` for anything else.
 fn minor_version(terraform: &Path) -> Option<u32> {
-    let out = Command::new(terraform).arg("version").output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = version_text(terraform)?;
     let v = text.lines().next()?.strip_prefix("Terraform v")?;
     v.split('.').nth(1)?.parse().ok()
+}
+
+fn version_text(binary: &Path) -> Option<String> {
+    let out = Command::new(binary)
+        .arg("version")
+        .env_remove("TF_CLI_CONFIG_FILE")
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn is_tofu(binary: &Path) -> bool {
+    version_text(binary).is_some_and(|t| t.starts_with("OpenTofu v"))
 }
 
 struct Workdir {
@@ -110,7 +130,8 @@ output "x" {{
             .env("TF_IN_AUTOMATION", "1")
             .env("TF_INPUT", "0")
             .env_remove("KUBECONFIG")
-            .env_remove("KUBE_NAMESPACE");
+            .env_remove("KUBE_NAMESPACE")
+            .env_remove("TF_CLI_CONFIG_FILE");
         c
     }
 

@@ -119,6 +119,42 @@ impl KubeStateAdmin {
         Self { client }
     }
 
+    /// The state Secrets of `workspace` (the Secret and any `-part-<i>`).
+    async fn state_secrets(
+        &self,
+        object: &ObjectKey,
+        workspace: &str,
+        suffix: &str,
+    ) -> Result<Vec<Secret>, PortError> {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &object.namespace);
+        let name = state_secret_name(workspace, suffix);
+        let found = secrets
+            .list(&selector(workspace, suffix))
+            .await
+            .map_err(|e| port_error(&format!("listing the state Secrets of {object}"), e))?;
+        Ok(found
+            .items
+            .into_iter()
+            .filter(|s| is_state_part(s.metadata.name.as_deref().unwrap_or_default(), &name))
+            .collect())
+    }
+
+    /// The bytes of (gzipped) state the Secrets of `workspace` hold. Reads Secrets only: the
+    /// controller may list state Secrets but not read state locks (Leases are the runner's).
+    ///
+    /// # Errors
+    /// The API's error.
+    pub async fn stored_bytes(
+        &self,
+        object: &ObjectKey,
+        workspace: &str,
+        suffix: &str,
+    ) -> Result<usize, PortError> {
+        Ok(total_bytes(
+            &self.state_secrets(object, workspace, suffix).await?,
+        ))
+    }
+
     /// The state's size and lock holder.
     ///
     /// # Errors
@@ -129,22 +165,9 @@ impl KubeStateAdmin {
         workspace: &str,
         suffix: &str,
     ) -> Result<StateInfo, PortError> {
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &object.namespace);
         let name = state_secret_name(workspace, suffix);
-        let found = secrets
-            .list(&selector(workspace, suffix))
-            .await
-            .map_err(|e| port_error(&format!("listing the state Secrets of {object}"), e))?;
-        let ours: Vec<&Secret> = found
-            .items
-            .iter()
-            .filter(|s| is_state_part(s.metadata.name.as_deref().unwrap_or_default(), &name))
-            .collect();
-        let stored_bytes = ours
-            .iter()
-            .filter_map(|s| s.data.as_ref()?.get("tfstate"))
-            .map(|b| b.0.len())
-            .sum();
+        let ours = self.state_secrets(object, workspace, suffix).await?;
+        let stored_bytes = total_bytes(&ours);
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &object.namespace);
         let lease_name = state_lease_name(workspace, suffix);
         let lock = match leases.get(&lease_name).await {
@@ -166,6 +189,15 @@ impl KubeStateAdmin {
             lock,
         })
     }
+}
+
+/// The bytes of state the `tfstate` keys of `secrets` hold.
+fn total_bytes(secrets: &[Secret]) -> usize {
+    secrets
+        .iter()
+        .filter_map(|s| s.data.as_ref()?.get("tfstate"))
+        .map(|b| b.0.len())
+        .sum()
 }
 
 /// Whether `secret` is the state Secret `name` or one of its `-part-<i>`.

@@ -305,20 +305,25 @@ pub async fn grant_runner(client: &kube::Client, namespace: &str, account: &str)
 }
 
 /// A test cluster whose node agent runs the runner image as this workspace's `tfops-runner`,
-/// with Terraform (`TFOPS_TERRAFORM`) on hand; its Pod directories live in the returned
+/// with Terraform and OpenTofu (`TFOPS_TERRAFORM`, `TFOPS_TOFU`) on hand, as in the shipped
+/// image (so `binary: auto` runs tofu); its Pod directories live in the returned
 /// directory.
 pub async fn cluster_with_node() -> (TestCluster, tempfile::TempDir) {
     use tfops_testcluster::Options;
     use tfops_testcluster::node::NodeConfig;
     let root = tempfile::tempdir().unwrap();
-    let terraform =
-        std::env::var("TFOPS_TERRAFORM").unwrap_or_else(|_| "/usr/local/bin/terraform".into());
+    let found = |binary: &str| {
+        tfops_runner::server::find_binary(binary)
+            .map(|(_, p)| p.display().to_string())
+            .unwrap_or_else(|| panic!("no {binary}: run scripts/install-terraform and scripts/install-tofu and set TFOPS_TERRAFORM and TFOPS_TOFU"))
+    };
     let base_env = [
         (
             "PATH".to_string(),
             std::env::var("PATH").unwrap_or_default(),
         ),
-        ("TFOPS_TERRAFORM".to_string(), terraform),
+        ("TFOPS_TERRAFORM".to_string(), found("terraform")),
+        ("TFOPS_TOFU".to_string(), found("tofu")),
     ]
     .into();
     let cluster = TestCluster::start_with(Options {

@@ -201,8 +201,8 @@ impl Operator {
         assert!(ok, "kubectl apply: {out}{err}");
     }
 
-    /// A `Terraform` manifest for `name` in `team-a` on the `infra` repository, `spec` merged
-    /// over it.
+    /// A `Terraform` manifest for `name` in `team-a` on the `infra` repository, run by
+    /// Terraform (`spec.runner.binary`; the tests of OpenTofu say so), `spec` merged over it.
     pub fn manifest(&self, name: &str, spec: serde_json::Value) -> String {
         let mut body = json!({
             "apiVersion": "infra.argocd.io/v1alpha1",
@@ -212,6 +212,7 @@ impl Operator {
                 "interval": "1h",
                 "retryInterval": "2s",
                 "sourceRef": {"kind": "GitRepository", "url": self.git.url("infra")},
+                "runner": {"binary": "terraform"},
             },
         });
         json_patch::merge(&mut body["spec"], &spec);

@@ -292,20 +292,24 @@ async fn warn_of_state_size(ctx: &Context, object: &TerraformObject, report: &Ru
     }
     let suffix = naming::state_secret_suffix(object);
     let key = object.key();
-    let Ok(info) = KubeStateAdmin::new(ctx.client.clone())
-        .inspect(&key, &object.spec.workspace, &suffix)
+    let stored = match KubeStateAdmin::new(ctx.client.clone())
+        .stored_bytes(&key, &object.spec.workspace, &suffix)
         .await
-    else {
-        return;
+    {
+        Ok(stored) => stored,
+        Err(error) => {
+            tracing::warn!(object = %key, %error, "the state's size could not be read");
+            return;
+        }
     };
-    if near_secret_limit(info.stored_bytes) {
+    if near_secret_limit(stored) {
         let event = Event {
             event_type: EventType::Warning,
             reason: Reason::StateNearSizeLimit,
             message: format!(
                 "the state Secret {} holds {} KiB of the 1024 KiB a Secret allows, and OpenTofu's kubernetes backend cannot split state: move this state to another backend or split the configuration",
                 naming::state_secret_name(&object.spec.workspace, &suffix),
-                info.stored_bytes / 1024
+                stored / 1024
             ),
         };
         ctx.sink.emit(&key, event).await;
