@@ -1,24 +1,35 @@
-//! The starter policies of `examples/policies/` against plans made by real Terraform.
+//! The starter policies of `examples/policies/` against plans made by real Terraform and by
+//! OpenTofu.
 //!
-//! For every `configs/<case>/`, Terraform (with this crate's stand-in provider from a filesystem
-//! mirror) applies `before.tf` when there is one, then plans `after.tf`; `terraform show -json`
-//! of that plan must describe the same changes as the committed `fixtures/<case>.plan.json`,
-//! and the cases of `starter.test.yaml` must hold on the fresh plans as on the committed ones.
-//! `TFOPS_UPDATE_FIXTURES=1 cargo test -p tfops-fixture-provider` rewrites the fixtures.
+//! For every `configs/<case>/`, the binary (with this crate's stand-in provider from a
+//! filesystem mirror) applies `before.tf` when there is one, then plans `after.tf`; `show
+//! -json` of that plan must describe the same changes as the committed
+//! `fixtures/<case>.plan.json`, and the cases of `starter.test.yaml` must hold on the fresh
+//! plans as on the committed ones. `TFOPS_UPDATE_FIXTURES=1 cargo test -p
+//! tfops-fixture-provider` rewrites the fixtures from Terraform's plans.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn terraform() -> PathBuf {
-    std::env::var_os("TFOPS_TERRAFORM")
+/// The binary named `name` (`terraform`, `tofu`): `TFOPS_TERRAFORM` or `TFOPS_TOFU`, else on
+/// `PATH`.
+fn program(name: &str) -> PathBuf {
+    let variable = if name == "tofu" {
+        "TFOPS_TOFU"
+    } else {
+        "TFOPS_TERRAFORM"
+    };
+    std::env::var_os(variable)
         .map(PathBuf::from)
         .or_else(|| {
             std::env::split_paths(&std::env::var_os("PATH")?)
-                .map(|d| d.join("terraform"))
+                .map(|d| d.join(name))
                 .find(|p| p.is_file())
         })
-        .expect("a real terraform: run scripts/install-terraform and set TFOPS_TERRAFORM")
+        .unwrap_or_else(|| {
+            panic!("no {name}: run scripts/install-terraform and scripts/install-tofu and set {variable}")
+        })
 }
 
 fn policies_dir() -> PathBuf {
@@ -54,8 +65,8 @@ const VERSIONS: &str = r#"terraform {
 }
 "#;
 
-fn run(work: &Path, config: &Path, args: &[&str]) -> Vec<u8> {
-    let out = Command::new(terraform())
+fn run(binary: &Path, work: &Path, config: &Path, args: &[&str]) -> Vec<u8> {
+    let out = Command::new(binary)
         .args(args)
         .current_dir(work)
         .env("TF_CLI_CONFIG_FILE", config)
@@ -65,7 +76,8 @@ fn run(work: &Path, config: &Path, args: &[&str]) -> Vec<u8> {
         .unwrap();
     assert!(
         out.status.success(),
-        "terraform {args:?} in {}: {}{}",
+        "{} {args:?} in {}: {}{}",
+        binary.display(),
         work.display(),
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -73,29 +85,41 @@ fn run(work: &Path, config: &Path, args: &[&str]) -> Vec<u8> {
     out.stdout
 }
 
-/// `terraform show -json` of the plan from `before.tf` (applied) to `after.tf`.
-fn plan_case(case: &Path, root: &Path, config: &Path) -> serde_json::Value {
+/// `show -json` of the plan from `before.tf` (applied) to `after.tf`.
+fn plan_case(binary: &Path, case: &Path, root: &Path, config: &Path) -> serde_json::Value {
     let work = root.join(case.file_name().unwrap());
     std::fs::create_dir_all(&work).unwrap();
     std::fs::write(work.join("versions.tf"), VERSIONS).unwrap();
     let before = case.join("before.tf");
     if before.is_file() {
         std::fs::copy(&before, work.join("main.tf")).unwrap();
-        run(&work, config, &["init", "-input=false", "-no-color"]);
         run(
+            binary,
+            &work,
+            config,
+            &["init", "-input=false", "-no-color"],
+        );
+        run(
+            binary,
             &work,
             config,
             &["apply", "-auto-approve", "-input=false", "-no-color"],
         );
     }
     std::fs::copy(case.join("after.tf"), work.join("main.tf")).unwrap();
-    run(&work, config, &["init", "-input=false", "-no-color"]);
     run(
+        binary,
+        &work,
+        config,
+        &["init", "-input=false", "-no-color"],
+    );
+    run(
+        binary,
         &work,
         config,
         &["plan", "-out=plan.bin", "-input=false", "-no-color"],
     );
-    serde_json::from_slice(&run(&work, config, &["show", "-json", "plan.bin"])).unwrap()
+    serde_json::from_slice(&run(binary, &work, config, &["show", "-json", "plan.bin"])).unwrap()
 }
 
 /// What a plan does, without what differs between runs (timestamps, state serials).
@@ -124,11 +148,14 @@ fn cases() -> Vec<PathBuf> {
     cases
 }
 
-#[test]
-fn fixtures_are_what_terraform_plans_and_the_starter_policies_hold_on_them() {
+#[test_case::test_case("terraform" ; "terraform")]
+#[test_case::test_case("tofu" ; "tofu")]
+fn fixtures_are_what_each_binary_plans_and_the_starter_policies_hold_on_them(name: &str) {
+    let binary = program(name);
     let root = tempfile::tempdir().unwrap();
     let config = cli_config(root.path());
-    let update = std::env::var_os("TFOPS_UPDATE_FIXTURES").is_some();
+    // The committed fixtures are Terraform's; OpenTofu must plan the same changes.
+    let update = std::env::var_os("TFOPS_UPDATE_FIXTURES").is_some() && name == "terraform";
     // A copy of the policies and test cases, with the fresh plans as fixtures.
     let fresh = root.path().join("policies");
     std::fs::create_dir_all(fresh.join("fixtures")).unwrap();
@@ -141,9 +168,9 @@ fn fixtures_are_what_terraform_plans_and_the_starter_policies_hold_on_them() {
     let cases = cases();
     assert!(cases.len() >= 6, "the starter set has its cases");
     for case in &cases {
-        let name = case.file_name().unwrap().to_string_lossy().into_owned();
-        let plan = plan_case(case, &root.path().join("work"), &config);
-        let file = format!("{name}.plan.json");
+        let case_name = case.file_name().unwrap().to_string_lossy().into_owned();
+        let plan = plan_case(&binary, case, &root.path().join("work"), &config);
+        let file = format!("{case_name}.plan.json");
         let text = serde_json::to_string_pretty(&plan).unwrap() + "\n";
         std::fs::write(fresh.join("fixtures").join(&file), &text).unwrap();
         let committed = policies_dir().join("fixtures").join(&file);
@@ -159,8 +186,8 @@ fn fixtures_are_what_terraform_plans_and_the_starter_policies_hold_on_them() {
         assert_eq!(
             changes(&plan),
             changes(&committed),
-            "{name}: the committed fixture is not what Terraform plans now \
-             (TFOPS_UPDATE_FIXTURES=1 rewrites it)"
+            "{case_name}: the committed fixture is not what {name} plans now \
+             (TFOPS_UPDATE_FIXTURES=1 rewrites it from Terraform's plan)"
         );
     }
     for dir in [fresh.as_path(), policies_dir().as_path()] {

@@ -285,7 +285,10 @@ async fn deleting_the_terraform_object_garbage_collects_its_plan() {
         .await
         .unwrap();
     let maps: Api<ConfigMap> = Api::namespaced(w.client.clone(), "team");
-    tokio::time::timeout(Duration::from_secs(20), async {
+    // The garbage collector learns of a new CRD's kind at its discovery sync, every 30 s in
+    // kube-controller-manager: until then it cannot act on Terraform owners (20 s, the old
+    // limit, failed a CI run).
+    tokio::time::timeout(Duration::from_secs(90), async {
         while !names(&secrets).await.is_empty() || !names(&maps).await.is_empty() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

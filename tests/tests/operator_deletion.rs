@@ -169,7 +169,7 @@ async fn deletion_with_and_without_destroy_waits_for_dependants_and_leaves_nothi
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    if tokio::time::timeout(Duration::from_secs(30), clean)
+    if tokio::time::timeout(Duration::from_secs(90), clean)
         .await
         .is_err()
     {

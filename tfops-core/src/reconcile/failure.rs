@@ -92,6 +92,8 @@ pub enum SubStep {
 }
 
 impl SubStep {
+    /// The start of a failure's message; the binary's commands are named without the binary
+    /// (`plan: Error: …`), which may be terraform or tofu.
     fn label(self) -> &'static str {
         match self {
             SubStep::Whole => "failed",
@@ -100,16 +102,16 @@ impl SubStep {
             SubStep::Start => "starting the runner",
             SubStep::Inputs => "resolving variables and files",
             SubStep::Upload => "uploading the source to the runner",
-            SubStep::Init => "terraform init",
+            SubStep::Init => "init",
             SubStep::Workspace => "selecting the workspace",
-            SubStep::Unlock => "terraform force-unlock",
+            SubStep::Unlock => "force-unlock",
             SubStep::RefreshPlan => "refresh-only plan",
-            SubStep::Plan => "terraform plan",
-            SubStep::Show => "terraform show",
+            SubStep::Plan => "plan",
+            SubStep::Show => "show",
             SubStep::Store => "storing the plan",
             SubStep::Policy => "evaluating plan policies",
-            SubStep::Apply => "terraform apply",
-            SubStep::Output => "terraform output",
+            SubStep::Apply => "apply",
+            SubStep::Output => "output",
             SubStep::Inventory => "reading the state inventory",
             SubStep::WriteOutputs => "writing the outputs Secret",
             SubStep::Health => "health check",
