@@ -2,8 +2,8 @@
 //! (text and JSON), the content digest an approval is bound to, storing the plan with the
 //! chunked codec, apply — for 50 `terraform_data` resources through the runner (gRPC over
 //! mutual TLS on loopback, in-process server), against the same Terraform commands run
-//! directly (`plan -out`, `show -json`, `show`, `apply`), in the same run. Needs a real
-//! terraform (see `benches/README.md`).
+//! directly (`plan -out`, `show -json`, `show`, `apply`), in the same run; once with Terraform
+//! and once with OpenTofu, each against its own direct baseline (see `benches/README.md`).
 
 // A benchmark aborts when its setup fails: there is nothing to measure then.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -40,6 +40,7 @@ fn tf(terraform: &Path, dir: &Path, args: &[&str]) {
         .current_dir(dir)
         .env("TF_IN_AUTOMATION", "1")
         .env("TF_INPUT", "0")
+        .env_remove("TF_CLI_CONFIG_FILE")
         .output()
         .expect("terraform");
     assert!(
@@ -50,12 +51,14 @@ fn tf(terraform: &Path, dir: &Path, args: &[&str]) {
 }
 
 fn bench(c: &mut Criterion) {
-    let Some(terraform) = benches::find_terraform() else {
-        eprintln!(
-            "runner_overhead: no terraform found (set TFOPS_TERRAFORM; scripts/install-terraform builds one): skipped"
-        );
-        return;
-    };
+    for (name, program) in benches::binaries("runner_overhead") {
+        bench_binary(c, name, &program);
+    }
+}
+
+/// The benchmark with the binary `name` at `terraform`.
+fn bench_binary(c: &mut Criterion, name: &str, terraform: &Path) {
+    let terraform = terraform.to_path_buf();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -86,7 +89,7 @@ fn bench(c: &mut Criterion) {
     let addr = listener.local_addr().unwrap();
     let service = RunnerService::new(RunnerConfig {
         program: terraform.clone(),
-        binary: "terraform".into(),
+        binary: name.into(),
         workdir_root: work.path().to_path_buf(),
         home: work.path().to_path_buf(),
         grace: Duration::from_secs(10),
@@ -156,7 +159,9 @@ fn bench(c: &mut Criterion) {
         parallelism: 0,
     };
 
-    let mut g = c.benchmark_group("runner_overhead/plan+apply-50-terraform_data");
+    let mut g = c.benchmark_group(format!(
+        "runner_overhead/plan+apply-50-terraform_data/{name}"
+    ));
     g.sample_size(10);
     g.warm_up_time(Duration::from_secs(1));
     g.measurement_time(Duration::from_secs(30));

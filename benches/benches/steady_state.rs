@@ -2,9 +2,10 @@
 //! that finds nothing. `tfops local apply` of `examples/hello` (the whole command: process,
 //! runner child with a fresh CA, upload, init, refresh-only plan, status) against running
 //! `terraform init -upgrade` and `terraform plan -refresh-only` directly on the same
-//! configuration and state, in the same run.
+//! configuration and state, in the same run; with Terraform and with OpenTofu
+//! (`TFOPS_BINARY`), each against its own direct baseline.
 //!
-//! Needs a real terraform and a release build of the `tfops` binary: `cargo build --release -p
+//! Needs a real terraform and tofu and a release build of the `tfops` binary: `cargo build --release -p
 //! tfops-operator --bin tfops` (or `TFOPS_BIN`). See `benches/README.md`.
 
 // A benchmark aborts when its setup fails: there is nothing to measure then.
@@ -47,21 +48,32 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 fn bench(c: &mut Criterion) {
-    let (Some(terraform), Some(tfops)) = (benches::find_terraform(), tfops_binary()) else {
-        eprintln!(
-            "steady_state: needs TFOPS_TERRAFORM (or terraform on PATH) and target/release/tfops (or TFOPS_BIN): skipped"
-        );
+    let Some(tfops) = tfops_binary() else {
+        eprintln!("steady_state: needs target/release/tfops (or TFOPS_BIN): skipped");
         return;
     };
+    for (name, program) in benches::binaries("steady_state") {
+        bench_binary(c, &tfops, name, &program);
+    }
+}
+
+/// The benchmark with the binary `name` at `terraform`.
+fn bench_binary(c: &mut Criterion, tfops: &Path, name: &str, terraform: &Path) {
     let hello = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hello");
     let work = tempfile::tempdir().unwrap();
     let project = work.path().join("hello");
     copy_dir(&hello, &project);
     let local = |args: &[&str]| {
-        let mut cmd = Command::new(&tfops);
+        let mut cmd = Command::new(tfops);
+        let variable = if name == "tofu" {
+            "TFOPS_TOFU"
+        } else {
+            "TFOPS_TERRAFORM"
+        };
         cmd.args(args)
             .current_dir(&project)
-            .env("TFOPS_TERRAFORM", &terraform);
+            .env("TFOPS_BINARY", name)
+            .env(variable, terraform);
         cmd
     };
     // The first apply creates everything; every later one finds nothing to do.
@@ -71,11 +83,12 @@ fn bench(c: &mut Criterion) {
     let direct = work.path().join("direct");
     copy_dir(&project.join("infra"), &direct);
     let tf = |args: &[&str]| {
-        let mut cmd = Command::new(&terraform);
+        let mut cmd = Command::new(terraform);
         cmd.args(args)
             .current_dir(&direct)
             .env("TF_IN_AUTOMATION", "1")
-            .env("TF_INPUT", "0");
+            .env("TF_INPUT", "0")
+            .env_remove("TF_CLI_CONFIG_FILE");
         cmd
     };
     let vars = ["-var", "greeting=hello", "-var", "replicas=3"];
@@ -86,7 +99,9 @@ fn bench(c: &mut Criterion) {
     let mut refresh = vec!["plan", "-refresh-only", "-input=false", "-no-color"];
     refresh.extend(vars);
 
-    let mut g = c.benchmark_group("steady_state/examples-hello-nothing-changed");
+    let mut g = c.benchmark_group(format!(
+        "steady_state/examples-hello-nothing-changed/{name}"
+    ));
     g.sample_size(20);
     g.warm_up_time(Duration::from_secs(2));
     g.measurement_time(Duration::from_secs(20));

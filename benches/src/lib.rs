@@ -42,14 +42,42 @@ pub fn plan_like_text(len: usize) -> Vec<u8> {
 
 /// The `terraform` binary to use: `TFOPS_TERRAFORM`, else `terraform` on `PATH`.
 pub fn find_terraform() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("TFOPS_TERRAFORM") {
+    find_binary("terraform")
+}
+
+/// The binary `name` (`terraform`, `tofu`) to use: `TFOPS_TERRAFORM` or `TFOPS_TOFU`, else
+/// `name` on `PATH`.
+pub fn find_binary(name: &str) -> Option<PathBuf> {
+    let variable = if name == "tofu" {
+        "TFOPS_TOFU"
+    } else {
+        "TFOPS_TERRAFORM"
+    };
+    if let Some(p) = std::env::var_os(variable) {
         return Some(PathBuf::from(p));
     }
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
-            .map(|d| d.join("terraform"))
+            .map(|d| d.join(name))
             .find(|p| p.is_file())
     })
+}
+
+/// The binaries the runner benchmarks measure, each with its path: Terraform and OpenTofu,
+/// those found (a missing one is said on standard error and left out).
+pub fn binaries(bench: &str) -> Vec<(&'static str, PathBuf)> {
+    ["terraform", "tofu"]
+        .into_iter()
+        .filter_map(|name| {
+            let found = find_binary(name);
+            if found.is_none() {
+                eprintln!(
+                    "{bench}: no {name} found (scripts/install-terraform, scripts/install-tofu): skipped for it"
+                );
+            }
+            found.map(|p| (name, p))
+        })
+        .collect()
 }
 
 /// Makes a real binary plan (`terraform plan -out`) of `resources` `terraform_data`
