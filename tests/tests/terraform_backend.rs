@@ -48,7 +48,8 @@ fn terraforms() -> Vec<(PathBuf, bool)> {
         .map(|(_, p)| p)
         .expect("no tofu: run scripts/install-tofu and set TFOPS_TOFU");
     assert!(is_tofu(&tofu), "{} is no OpenTofu", tofu.display());
-    out.push((tofu, false));
+    // OpenTofu's backend sends Lease bodies as protobuf since 1.11 (the notes).
+    out.push((tofu, true));
     out
 }
 
