@@ -54,6 +54,8 @@ export interface Run {
   result: string;
   reason: string;
   message?: string;
+  /** The binary and version that ran (`tofu 1.12.6`), once known. */
+  binary?: string;
   /** The runner identity that planned (or checked drift) in this run. */
   plannedBy?: string;
   /** The runner identity that applied in this run (the apply runner's with `spec.runner.apply`). */

@@ -58,7 +58,7 @@ function History(props: { runs: Run[] }) {
   return h(
     "table",
     { className: "tfops-history" },
-    h("thead", null, h("tr", null, ["Started", "Trigger", "Revision", "Plan", "Changes", "Result", "Reason", "Planned by", "Applied by"].map((t) => h("th", { key: t }, t)))),
+    h("thead", null, h("tr", null, ["Started", "Trigger", "Revision", "Plan", "Changes", "Result", "Reason", "Binary", "Planned by", "Applied by"].map((t) => h("th", { key: t }, t)))),
     h(
       "tbody",
       null,
@@ -73,6 +73,7 @@ function History(props: { runs: Run[] }) {
           h("td", null, r.summary ? `+${r.summary.add} ~${r.summary.change} -${r.summary.destroy}` : "-"),
           h("td", null, r.result),
           h("td", null, r.reason),
+          h("td", null, r.binary || "-"),
           h("td", null, r.plannedBy || "-"),
           h("td", null, r.appliedBy || "-"),
         ),

@@ -104,10 +104,10 @@ for (const react of ["16", "19"]) {
       await page.textContent(".tfops-identities"),
       "Last planned by system:serviceaccount:team-a:tf-plan; last applied by system:serviceaccount:team-a:tf-apply",
     );
-    const rows = await page.$$eval(".tfops-history tbody tr", (r) => r.map((tr) => [...tr.children].slice(-2).map((td) => td.textContent)));
+    const rows = await page.$$eval(".tfops-history tbody tr", (r) => r.map((tr) => [...tr.children].slice(-3).map((td) => td.textContent)));
     assert.deepEqual(rows, [
-      ["system:serviceaccount:team-a:tf-plan", "-"],
-      ["system:serviceaccount:team-a:tf-plan", "system:serviceaccount:team-a:tf-apply"],
+      ["-", "system:serviceaccount:team-a:tf-plan", "-"],
+      ["tofu 1.12.6", "system:serviceaccount:team-a:tf-plan", "system:serviceaccount:team-a:tf-apply"],
     ]);
     if (react === "19") await screenshot(page, "healthy");
     assert.deepEqual(errors, []);
