@@ -65,15 +65,17 @@ fn bench_binary(c: &mut Criterion, tfops: &Path, name: &str, terraform: &Path) {
     copy_dir(&hello, &project);
     let local = |args: &[&str]| {
         let mut cmd = Command::new(tfops);
-        let variable = if name == "tofu" {
-            "TFOPS_TOFU"
-        } else {
-            "TFOPS_TERRAFORM"
-        };
         cmd.args(args)
             .current_dir(&project)
             .env("TFOPS_BINARY", name)
-            .env(variable, terraform);
+            .env(
+                if name == "tofu" {
+                    "TFOPS_TOFU"
+                } else {
+                    "TFOPS_TERRAFORM"
+                },
+                terraform,
+            );
         cmd
     };
     // The first apply creates everything; every later one finds nothing to do.

@@ -45,22 +45,10 @@ pub fn find_terraform() -> Option<PathBuf> {
     find_binary("terraform")
 }
 
-/// The binary `name` (`terraform`, `tofu`) to use: `TFOPS_TERRAFORM` or `TFOPS_TOFU`, else
-/// `name` on `PATH`.
+/// The binary `name` (`terraform`, `tofu`) to use, found as the runner finds it
+/// ([`tfops_runner::server::find_binary`]: `TFOPS_TERRAFORM` or `TFOPS_TOFU`, else `PATH`).
 pub fn find_binary(name: &str) -> Option<PathBuf> {
-    let variable = if name == "tofu" {
-        "TFOPS_TOFU"
-    } else {
-        "TFOPS_TERRAFORM"
-    };
-    if let Some(p) = std::env::var_os(variable) {
-        return Some(PathBuf::from(p));
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
+    tfops_runner::server::find_binary(name).map(|(_, path)| path)
 }
 
 /// The binaries the runner benchmarks measure, each with its path: Terraform and OpenTofu,

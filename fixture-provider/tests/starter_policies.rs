@@ -12,23 +12,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The binary named `name` (`terraform`, `tofu`): `TFOPS_TERRAFORM` or `TFOPS_TOFU`, else on
-/// `PATH`.
+/// The binary named `name` (`terraform`, `tofu`), found as the runner finds it.
 fn program(name: &str) -> PathBuf {
-    let variable = if name == "tofu" {
-        "TFOPS_TOFU"
-    } else {
-        "TFOPS_TERRAFORM"
-    };
-    std::env::var_os(variable)
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::split_paths(&std::env::var_os("PATH")?)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
+    tfops_runner::server::find_binary(name)
+        .map(|(_, path)| path)
         .unwrap_or_else(|| {
-            panic!("no {name}: run scripts/install-terraform and scripts/install-tofu and set {variable}")
+            panic!("no {name}: run scripts/install-terraform and scripts/install-tofu and set TFOPS_TERRAFORM and TFOPS_TOFU")
         })
 }
 

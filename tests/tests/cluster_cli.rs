@@ -13,7 +13,7 @@ use std::process::Command;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use support::operator::{Operator, kubeconfig_dir_for, ready_with};
+use support::operator::{Operator, kubeconfig_dir_for, pending, ready_with};
 
 /// Runs the CLI with `kubeconfig`: exit code, stdout, stderr.
 fn tfops(kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
@@ -34,13 +34,6 @@ fn tfops(kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
 async fn annotations(op: &Operator) -> std::collections::BTreeMap<String, String> {
     let t = op.terraforms().get("app").await.unwrap();
     t.metadata.annotations.unwrap_or_default()
-}
-
-fn pending(t: &tfops_kube::Terraform) -> String {
-    t.status
-        .as_ref()
-        .map(|s| s.plan.pending.clone())
-        .unwrap_or_default()
 }
 
 /// A kubeconfig of a new ServiceAccount `name` in `team-a`, holding the approver role there

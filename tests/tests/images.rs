@@ -31,7 +31,7 @@ fn podman(args: &[&str]) -> Output {
 
 /// `podman run` of `image` hardened as the runner Pod is: the security context of seed 002,
 /// and host directories owned by 65532 at /tmp and /home/runner, as emptyDirs are.
-fn hardened_run<'a>(dirs: &'a Path, extra: &[&'a str]) -> Vec<String> {
+fn hardened_run(dirs: &Path, extra: &[&str]) -> Vec<String> {
     for d in ["tmp", "home"] {
         let dir = dirs.join(d);
         std::fs::create_dir_all(&dir).unwrap();

@@ -9,18 +9,11 @@ mod support;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
-use support::operator::{CONFIG, Operator, condition, ready_with};
+use support::operator::{CONFIG, Operator, condition, pending, ready_with};
 use tfops_core::api::ObjectKey;
 use tfops_core::ports::PlanStore;
 use tfops_kube::KubePlanStore;
 use tfops_kube::meta::Owner;
-
-fn pending(t: &tfops_kube::Terraform) -> String {
-    t.status
-        .as_ref()
-        .map(|s| s.plan.pending.clone())
-        .unwrap_or_default()
-}
 
 async fn annotate(op: &Operator, name: &str, key: &str, value: &str) {
     op.terraforms()

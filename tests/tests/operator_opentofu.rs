@@ -10,7 +10,7 @@ use std::io::Read;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
-use support::operator::{Operator, ready_with};
+use support::operator::{Operator, pending, ready_with};
 use tfops_core::api::ObjectKey;
 use tfops_core::ports::PlanStore;
 use tfops_kube::KubePlanStore;
@@ -43,13 +43,6 @@ fn stored_state(secret: &Secret) -> String {
         .read_to_string(&mut text)
         .unwrap();
     text
-}
-
-fn pending(t: &tfops_kube::Terraform) -> String {
-    t.status
-        .as_ref()
-        .map(|s| s.plan.pending.clone())
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

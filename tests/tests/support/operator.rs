@@ -325,6 +325,14 @@ pub fn condition(t: &Terraform, kind: &str) -> Option<(String, String, String)> 
         })
 }
 
+/// The id of the plan `t` waits to have approved (empty when none).
+pub fn pending(t: &Terraform) -> String {
+    t.status
+        .as_ref()
+        .map(|s| s.plan.pending.clone())
+        .unwrap_or_default()
+}
+
 /// Whether `Ready` has `reason` at the object's generation.
 pub fn ready_with(t: &Terraform, reason: &str) -> bool {
     let generation = t.metadata.generation.unwrap_or_default();
