@@ -124,6 +124,9 @@ pub struct TestCluster {
     pub port: u16,
     /// The CA every certificate of the cluster chains to, PEM.
     pub ca_pem: String,
+    /// Where real containers reach the API server (the container network's gateway), when
+    /// the node agent runs them.
+    pub pod_gateway: Option<Ipv4Addr>,
     ca: Ca,
     admin: CertKey,
     etcd_url: String,
@@ -198,7 +201,19 @@ impl TestCluster {
             .tempdir()?;
         let path = dir.path();
         let ca = Ca::new()?;
-        let serving = ca.serving(SERVICE_IP)?;
+        // With real containers the API server also listens where they reach the host: the
+        // container network's gateway (a container's 127.0.0.1 is its own).
+        let pod_gateway = options
+            .node
+            .as_ref()
+            .filter(|n| n.containers)
+            .and_then(|_| crate::node::container_gateway());
+        let serving = ca.serving(
+            &[SERVICE_IP]
+                .into_iter()
+                .chain(pod_gateway)
+                .collect::<Vec<_>>(),
+        )?;
         let admin = ca.client("tfops-admin", Some("system:masters"))?;
         let kcm_cert = ca.client("system:kube-controller-manager", Some("system:masters"))?;
         let ca_file = write(path, "ca.crt", &ca.cert_pem)?;
@@ -246,7 +261,14 @@ impl TestCluster {
             &apiserver,
             &[
                 arg("etcd-servers", &etcd_url),
-                arg("bind-address", "127.0.0.1"),
+                arg(
+                    "bind-address",
+                    if pod_gateway.is_some() {
+                        "0.0.0.0"
+                    } else {
+                        "127.0.0.1"
+                    },
+                ),
                 arg("advertise-address", "127.0.0.1"),
                 arg("secure-port", port),
                 arg("cert-dir", path.display()),
@@ -316,6 +338,7 @@ impl TestCluster {
             server,
             port,
             ca_pem: ca.cert_pem.clone(),
+            pod_gateway,
             ca,
             admin,
             etcd_url,

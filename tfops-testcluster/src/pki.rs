@@ -64,11 +64,11 @@ impl Ca {
     }
 
     /// The API server's serving certificate: valid for loopback, `localhost` and the names and
-    /// Service IP (`service_ip`) by which a Pod reaches `kubernetes.default`.
+    /// addresses (`service_ips`: the Service IP, the container network's gateway) by which a Pod reaches `kubernetes.default`.
     ///
     /// # Errors
     /// [`PkiError`].
-    pub fn serving(&self, service_ip: Ipv4Addr) -> Result<CertKey, PkiError> {
+    pub fn serving(&self, service_ips: &[Ipv4Addr]) -> Result<CertKey, PkiError> {
         let names = [
             "localhost",
             "kubernetes",
@@ -77,8 +77,10 @@ impl Ca {
             "kubernetes.default.svc.cluster.local",
         ];
         let mut params = CertificateParams::new(names.map(String::from).to_vec())?;
-        for ip in [IpAddr::from(Ipv4Addr::LOCALHOST), IpAddr::from(service_ip)] {
-            params.subject_alt_names.push(SanType::IpAddress(ip));
+        for ip in std::iter::once(&Ipv4Addr::LOCALHOST).chain(service_ips) {
+            params
+                .subject_alt_names
+                .push(SanType::IpAddress(IpAddr::from(*ip)));
         }
         params
             .distinguished_name

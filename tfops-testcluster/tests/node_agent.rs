@@ -31,6 +31,7 @@ async fn cluster() -> (TestCluster, kube::Client, tempfile::TempDir) {
             images,
             root: pods.path().to_path_buf(),
             base_env,
+            containers: false,
         }),
         binaries: None,
     })

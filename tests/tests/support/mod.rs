@@ -336,6 +336,7 @@ pub async fn cluster_with_node() -> (TestCluster, tempfile::TempDir) {
             .into(),
             root: root.path().to_path_buf(),
             base_env,
+            containers: false,
         }),
         binaries: None,
     })

@@ -35,6 +35,10 @@ enum Command {
         /// Where the node agent keeps Pod directories (default: a temporary directory).
         #[arg(long)]
         pods_dir: Option<PathBuf>,
+        /// Run every image not given by `--image` as a real container (podman and runc), from
+        /// the images podman has.
+        #[arg(long, requires = "node")]
+        containers: bool,
     },
 }
 
@@ -49,7 +53,11 @@ async fn main() -> anyhow::Result<()> {
         node,
         images,
         pods_dir,
+        containers,
     } = Cli::parse().command;
+    if containers && !tfops_testcluster::node::containers_available() {
+        bail!("--containers: podman does not answer (install podman and runc)");
+    }
     let mut map = BTreeMap::new();
     for image in &images {
         let Some((name, binary)) = image.split_once('=') else {
@@ -71,6 +79,7 @@ async fn main() -> anyhow::Result<()> {
             images: map,
             root,
             base_env,
+            containers,
         }),
         binaries: None,
     };

@@ -78,20 +78,40 @@ pub fn set_limit(uid: &str, limit: u64) -> bool {
     std::fs::write(dir.join(file), limit.to_string()).is_ok()
 }
 
-/// How many processes of the Pod's cgroup the OOM killer has killed.
+/// The Pod's cgroup as a container runtime's `--cgroup-parent` names it (relative to the
+/// hierarchy's root), once [`prepare`] has made it.
+pub fn parent(uid: &str) -> Option<String> {
+    let (dir, _) = dir(uid)?;
+    dir.is_dir().then(|| format!("/tfops-node/{uid}"))
+}
+
+/// How many processes of the Pod's cgroup the OOM killer has killed. cgroup v2 counts a
+/// child's kills in its parent too; v1 counts them only where the victim was, so there the
+/// counts of the child groups (a real container's own cgroup, while it exists) are added.
 pub fn oom_kills(uid: &str) -> u64 {
     let Some((dir, v1)) = dir(uid) else { return 0 };
-    let file = if v1 {
-        "memory.oom_control"
-    } else {
-        "memory.events"
+    let count = |dir: &std::path::Path| -> u64 {
+        let file = if v1 {
+            "memory.oom_control"
+        } else {
+            "memory.events"
+        };
+        std::fs::read_to_string(dir.join(file))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
     };
-    std::fs::read_to_string(dir.join(file))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("oom_kill "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
+    let mut total = count(&dir);
+    if v1 {
+        for child in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if child.path().is_dir() {
+                total += count(&child.path());
+            }
+        }
+    }
+    total
 }
 
 /// Removes the Pod's cgroup (its processes are gone).

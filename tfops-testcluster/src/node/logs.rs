@@ -24,7 +24,7 @@ pub(super) async fn serve(
     state: Arc<State>,
     ca: &crate::pki::Ca,
 ) -> Result<(u16, tokio::task::JoinHandle<()>), NodeError> {
-    let cert = ca.serving(std::net::Ipv4Addr::LOCALHOST)?;
+    let cert = ca.serving(&[])?;
     let certs = vec![rustls::pki_types::CertificateDer::from(der(&cert.cert_pem))];
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(der(&cert.key_pem).into());
     let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(

@@ -24,8 +24,10 @@
 
 mod cgroup;
 mod container;
+mod container_run;
 mod logs;
 mod pod;
+mod podman;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -39,6 +41,17 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 pub use container::image_name;
+
+/// The host's address as a real container reaches it (podman's default network's gateway);
+/// `None` without podman.
+pub fn container_gateway() -> Option<std::net::Ipv4Addr> {
+    podman::gateway()
+}
+
+/// Whether podman is here to run real containers.
+pub fn containers_available() -> bool {
+    podman::available()
+}
 
 /// Why the node agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -66,16 +79,45 @@ pub struct NodeConfig {
     pub images: BTreeMap<String, PathBuf>,
     /// Where Pod directories go.
     pub root: PathBuf,
-    /// Environment every container starts with (`PATH`, `TFOPS_TERRAFORM`, ...), as an
-    /// image's own environment would.
+    /// Environment every process-run container starts with (`PATH`, `TFOPS_TERRAFORM`, ...),
+    /// as an image's own environment would.
     pub base_env: BTreeMap<String, String>,
+    /// Run images not in [`NodeConfig::images`] as real containers with podman (see the
+    /// `podman` module); the API server then also listens on the container network's gateway.
+    pub containers: bool,
 }
 
-/// A container process the agent runs.
+/// A container the agent runs: a local process, or a real container.
 #[derive(Debug)]
 struct Running {
+    /// The container's first process (for a real container: its `podman run`).
     pid: i32,
+    /// The real container's name, when it is one.
+    container: Option<String>,
     terminating: bool,
+}
+
+impl Running {
+    /// SIGKILL to every process of the container; whether there was one to kill.
+    fn kill(&self) -> bool {
+        match &self.container {
+            Some(name) => podman::kill(name, "KILL"),
+            None => pod::kill_group(self.pid),
+        }
+    }
+
+    /// SIGTERM to the container's first process, as a kubelet's stop does.
+    fn terminate(&self) {
+        match &self.container {
+            Some(name) => {
+                podman::kill(name, "TERM");
+            }
+            None => {
+                let pid = nix::unistd::Pid::from_raw(self.pid);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            }
+        }
+    }
 }
 
 /// The agent's state, shared by its tasks and the test's handle.
@@ -111,6 +153,8 @@ struct Context {
     node: String,
     /// The API server's address as a Pod reaches it (`KUBERNETES_SERVICE_HOST`/`PORT`).
     api_host: String,
+    /// The same for a real container: the container network's gateway.
+    container_api_host: Option<String>,
     api_port: u16,
     /// A kubeconfig for a bearer token (the fallback to in-cluster configuration).
     kubeconfig: Box<dyn Fn(&str) -> String + Send + Sync>,
@@ -147,6 +191,9 @@ impl NodeAgent {
         config: NodeConfig,
     ) -> Result<Self, NodeError> {
         let name = config.name.clone().unwrap_or_else(|| "node-1".into());
+        if config.containers {
+            podman::remove_orphans();
+        }
         let state = Arc::new(State::default());
         let (logs_port, logs_task) = logs::serve(state.clone(), &crate::pki::Ca::new()?).await?;
         register(&client, &name, logs_port).await?;
@@ -156,6 +203,7 @@ impl NodeAgent {
             config,
             node: name.clone(),
             api_host: "127.0.0.1".into(),
+            container_api_host: cluster.pod_gateway.map(|g| g.to_string()),
             api_port: cluster.port,
             kubeconfig: Box::new(move |token| {
                 crate::kubeconfig::text(
@@ -189,7 +237,7 @@ impl NodeAgent {
         };
         lock(&self.state.running)
             .get(&uid)
-            .is_some_and(|c| pod::kill_group(c.pid))
+            .is_some_and(Running::kill)
     }
 
     /// Sets the memory limit of the Pod's container to `bytes` now, as an in-place resize
@@ -224,7 +272,12 @@ impl NodeAgent {
             t.abort();
         }
         for c in lock(&self.state.running).values() {
-            pod::kill_group(c.pid);
+            match &c.container {
+                Some(name) => podman::remove(name),
+                None => {
+                    pod::kill_group(c.pid);
+                }
+            }
         }
         // Best effort: a memory cgroup is removed once its processes are gone.
         for uid in lock(&self.state.started).keys() {

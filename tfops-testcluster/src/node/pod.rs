@@ -54,6 +54,22 @@ fn text(v: &Value) -> String {
     v.as_str().unwrap_or("").to_string()
 }
 
+/// What runs an image: a local binary standing for it, or podman (a real container).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Runtime {
+    Process(PathBuf),
+    Container,
+}
+
+/// How the image is run here; `None` when it is not to be had (`ErrImagePull`).
+async fn runtime_for(context: &Context, image: &str) -> Option<Runtime> {
+    if let Some(binary) = context.config.images.get(image_name(image)) {
+        return Some(Runtime::Process(binary.clone()));
+    }
+    (context.config.containers && super::podman::image_exists(image).await)
+        .then_some(Runtime::Container)
+}
+
 /// Acts on one Pod event: bind an unscheduled Pod, start one bound here, stop one being
 /// deleted (or gone).
 pub(super) async fn sync(context: &Arc<Context>, state: &Arc<State>, pod: Value, gone: bool) {
@@ -68,7 +84,7 @@ pub(super) async fn sync(context: &Arc<Context>, state: &Arc<State>, pod: Value,
         // and nothing of this Pod is looked up by name any more.
         lock(&state.deleted).insert(uid.clone());
         if let Some(c) = lock(&state.running).get(&uid) {
-            kill_group(c.pid);
+            c.kill();
         }
         lock(&state.started).remove(&uid);
         return;
@@ -148,9 +164,13 @@ pub(super) async fn bind(context: &Context, ns: &str, name: &str, uid: &str) {
 }
 
 /// Writes `status` (a merge patch of `pods/status`) to the Pod, if it is still the same Pod.
-async fn patch_status(context: &Context, pod: &Value, status: Value) {
-    let pods: Api<Pod> =
-        Api::namespaced(context.client.clone(), &text(&pod["metadata"]["namespace"]));
+pub(super) async fn patch_status(context: &Context, pod: &Value, status: Value) {
+    patch_status_with(&context.client, pod, status).await;
+}
+
+/// [`patch_status`] with a client of its own.
+pub(super) async fn patch_status_with(client: &kube::Client, pod: &Value, status: Value) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &text(&pod["metadata"]["namespace"]));
     // The uid in the patch is a precondition: a new Pod of the same name is left alone.
     let patch = json!({"metadata": {"uid": pod["metadata"]["uid"]}, "status": status});
     if let Err(e) = pods
@@ -165,7 +185,7 @@ async fn patch_status(context: &Context, pod: &Value, status: Value) {
     }
 }
 
-fn waiting(container: &Value, reason: &str, message: &str) -> Value {
+pub(super) fn waiting(container: &Value, reason: &str, message: &str) -> Value {
     json!({"containerStatuses": [{
         "name": container["name"], "image": container["image"], "imageID": "", "ready": false,
         "restartCount": 0, "started": false,
@@ -173,7 +193,7 @@ fn waiting(container: &Value, reason: &str, message: &str) -> Value {
     }], "phase": "Pending"})
 }
 
-fn conditions(ready: bool) -> Value {
+pub(super) fn conditions(ready: bool) -> Value {
     let r = if ready { "True" } else { "False" };
     json!([
         {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()},
@@ -196,7 +216,7 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
     let uid = text(&pod["metadata"]["uid"]);
     let container = pod["spec"]["containers"][0].clone();
     let image = container["image"].as_str().unwrap_or("");
-    let Some(binary) = context.config.images.get(image_name(image)).cloned() else {
+    let Some(runtime) = runtime_for(&context, image).await else {
         let message = format!("failed to pull and unpack image \"{image}\": not found");
         patch_status(
             &context,
@@ -224,7 +244,10 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
         .await;
         return;
     }
-    let ip = allocate_ip();
+    let ip = match runtime {
+        Runtime::Process(_) => allocate_ip(),
+        Runtime::Container => super::podman::allocate_ip(),
+    };
     // What the container needs may not exist yet (a Secret created next, the namespace's
     // `kube-root-ca.crt` not yet published): the container waits and it is tried again, as a
     // kubelet does, until the Pod goes.
@@ -246,6 +269,76 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
         if gone(&context, &ns, &pname, &uid).await {
             return;
         }
+    };
+    if runtime == Runtime::Container {
+        super::podman::set_ownership(&pod, &dir.join("volumes"));
+        let host = context.container_api_host.clone().unwrap_or_default();
+        let identity_env = [
+            ("KUBERNETES_SERVICE_HOST".to_string(), host),
+            (
+                "KUBERNETES_SERVICE_PORT".to_string(),
+                context.api_port.to_string(),
+            ),
+        ];
+        let log_path = dir.join("container.log");
+        lock(&state.logs).insert(pod_ref(&ns, &pname), log_path.clone());
+        let env: Vec<(String, String)> = identity_env.iter().cloned().chain(env).collect();
+        for init in pod["spec"]["initContainers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let image = init["image"].as_str().unwrap_or("");
+            let Ok((mounts, own_env)) = async {
+                let m = volumes(&context.client, &pod, init, &dir).await?;
+                let e = environment(&context.client, &pod, init, &ip.to_string()).await?;
+                Ok::<_, String>((m, e))
+            }
+            .await
+            else {
+                let status = waiting(
+                    init,
+                    "CreateContainerConfigError",
+                    "init container's configuration",
+                );
+                patch_status(&context, &pod, status).await;
+                return;
+            };
+            if runtime_for(&context, image).await != Some(Runtime::Container) {
+                let message = format!("failed to pull and unpack image \"{image}\": not found");
+                patch_status(&context, &pod, waiting(init, "ErrImagePull", &message)).await;
+                return;
+            }
+            let env: Vec<(String, String)> = identity_env.iter().cloned().chain(own_env).collect();
+            let run = super::container_run::ContainerRun {
+                context: &context,
+                state: &state,
+                pod: &pod,
+                container: init,
+                mounts: &mounts,
+                env: &env,
+                ip,
+                log: &log_path,
+            };
+            if !run.run_init().await || gone(&context, &ns, &pname, &uid).await {
+                return;
+            }
+        }
+        let run = super::container_run::ContainerRun {
+            context: &context,
+            state: &state,
+            pod: &pod,
+            container: &container,
+            mounts: &mounts,
+            env: &env,
+            ip,
+            log: &log_path,
+        };
+        run.run().await;
+        return;
+    }
+    let Runtime::Process(binary) = runtime else {
+        return;
     };
     // The ServiceAccount's directory: bind-mounted at its real path in the container's own
     // mount namespace where that can be done, else reached through `TFOPS_KUBECONFIG`.
@@ -369,6 +462,7 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
             uid.clone(),
             Running {
                 pid,
+                container: None,
                 terminating: false,
             },
         );
@@ -629,7 +723,7 @@ impl Init<'_> {
     async fn run(self) -> bool {
         let c = self.container;
         let image = c["image"].as_str().unwrap_or("");
-        let Some(binary) = self.context.config.images.get(image_name(image)).cloned() else {
+        let Some(Runtime::Process(binary)) = runtime_for(self.context, image).await else {
             let message = format!("failed to pull and unpack image \"{image}\": not found");
             let waiting = json!({"waiting": {"reason": "ErrImagePull", "message": message}});
             patch_status(self.context, self.pod, self.status(waiting, "Pending")).await;
@@ -688,6 +782,7 @@ impl Init<'_> {
             uid.clone(),
             Running {
                 pid,
+                container: None,
                 terminating: false,
             },
         );
@@ -726,12 +821,12 @@ async fn oom_group_kill(uid: String, pid: i32, before: u64) {
 
 /// Whether a container of the Pod `uid` must not start now: the agent stopped, or the Pod
 /// was deleted (or is being deleted) while it was being prepared.
-fn may_not_start(state: &State, uid: &str) -> bool {
+pub(super) fn may_not_start(state: &State, uid: &str) -> bool {
     state.stopped.load(std::sync::atomic::Ordering::SeqCst) || lock(&state.deleted).contains(uid)
 }
 
 /// Whether the Pod `ns/name` with `uid` is gone or being deleted.
-async fn gone(context: &Context, ns: &str, name: &str, uid: &str) -> bool {
+pub(super) async fn gone(context: &Context, ns: &str, name: &str, uid: &str) -> bool {
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), ns);
     match pods.get_opt(name).await {
         Ok(Some(p)) => {
@@ -743,7 +838,7 @@ async fn gone(context: &Context, ns: &str, name: &str, uid: &str) -> bool {
 }
 
 /// The last 80 lines (at most 2048 bytes) of the log, as the kubelet's fallback message.
-fn log_tail(path: &Path) -> String {
+pub(super) fn log_tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let tail = lines[lines.len().saturating_sub(80)..].join("\n");
@@ -755,7 +850,7 @@ fn log_tail(path: &Path) -> String {
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn terminated(
+pub(super) async fn terminated(
     context: &Context,
     pod: &Value,
     container: &Value,
@@ -793,12 +888,16 @@ async fn terminated(
 fn terminate(context: &Arc<Context>, state: &Arc<State>, pod: &Value) {
     let uid = text(&pod["metadata"]["uid"]);
     lock(&state.deleted).insert(uid.clone());
-    let pid = {
+    let running = {
         let mut running = lock(&state.running);
         match running.get_mut(&uid) {
             Some(c) if !c.terminating => {
                 c.terminating = true;
-                Some(c.pid)
+                Some(Running {
+                    pid: c.pid,
+                    container: c.container.clone(),
+                    terminating: true,
+                })
             }
             Some(_) => return,
             None => None,
@@ -809,14 +908,13 @@ fn terminate(context: &Arc<Context>, state: &Arc<State>, pod: &Value) {
         .unwrap_or(30);
     let (context, state, pod) = (context.clone(), state.clone(), pod.clone());
     tokio::spawn(async move {
-        if let Some(pid) = pid {
-            let pid = nix::unistd::Pid::from_raw(pid);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        if let Some(c) = running {
+            c.terminate();
             let deadline = tokio::time::Instant::now() + Duration::from_secs(grace);
             let mut killed = false;
             while lock(&state.running).contains_key(&uid) {
                 if tokio::time::Instant::now() >= deadline && !killed {
-                    kill_group(pid.as_raw());
+                    c.kill();
                     killed = true;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
