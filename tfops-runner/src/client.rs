@@ -84,7 +84,7 @@ pub struct ServerTls {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The endpoint or TLS material is unusable, or the connection failed.
-    #[error("connecting to runner {endpoint}")]
+    #[error("connecting to runner {endpoint}: {}", causes(source))]
     Connect {
         /// The endpoint.
         endpoint: String,
@@ -341,6 +341,21 @@ fn broken(e: &ClientError) -> bool {
         ),
         ClientError::Connect { .. } => false,
     }
+}
+
+/// An error and every cause below it, joined by `: ` (a TLS refusal is only told by the
+/// innermost cause: "invalid peer certificate: UnknownIssuer").
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cur = s.source();
+    }
+    parts.join(": ")
 }
 
 fn port_error(e: ClientError) -> PortError {

@@ -309,6 +309,19 @@ pub async fn grant_runner(client: &kube::Client, namespace: &str, account: &str)
 /// image (so `binary: auto` runs tofu); its Pod directories live in the returned
 /// directory.
 pub async fn cluster_with_node() -> (TestCluster, tempfile::TempDir) {
+    cluster_with_node_on(false).await
+}
+
+/// The runner image `scripts/build-images` built (`TFOPS_RUNNER_IMAGE`).
+pub fn runner_image() -> String {
+    std::env::var("TFOPS_RUNNER_IMAGE").unwrap_or_else(|_| {
+        panic!("TFOPS_RUNNER_IMAGE is unset: run scripts/build-images and set it to the runner image it prints")
+    })
+}
+
+/// [`cluster_with_node`]; with `containers`, every image but the shell image is run as a real
+/// container by podman (the runner image as `scripts/build-images` built it).
+pub async fn cluster_with_node_on(containers: bool) -> (TestCluster, tempfile::TempDir) {
     use tfops_testcluster::Options;
     use tfops_testcluster::node::NodeConfig;
     let root = tempfile::tempdir().unwrap();
@@ -329,14 +342,18 @@ pub async fn cluster_with_node() -> (TestCluster, tempfile::TempDir) {
     let cluster = TestCluster::start_with(Options {
         node: Some(NodeConfig {
             name: None,
-            images: [
-                (RUNNER_IMAGE.to_string(), runner_binary()),
-                (SHELL_IMAGE.to_string(), PathBuf::from("/bin/sh")),
-            ]
-            .into(),
+            images: if containers {
+                [(SHELL_IMAGE.to_string(), PathBuf::from("/bin/sh"))].into()
+            } else {
+                [
+                    (RUNNER_IMAGE.to_string(), runner_binary()),
+                    (SHELL_IMAGE.to_string(), PathBuf::from("/bin/sh")),
+                ]
+                .into()
+            },
             root: root.path().to_path_buf(),
             base_env,
-            containers: false,
+            containers,
         }),
         binaries: None,
     })

@@ -77,9 +77,27 @@ impl Operator {
         operator
     }
 
+    /// [`Operator::start`] with runner Pods run as real containers from the runner image
+    /// `scripts/build-images` built (`TFOPS_RUNNER_IMAGE`), the manager told to use it.
+    pub async fn start_in_containers() -> Self {
+        let image = super::runner_image();
+        let mut operator = Self::prepare_on(true).await;
+        operator.flags = ["--leader-election", "false", "--runner-pod-image", &image]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        operator.start_controller();
+        operator
+    }
+
     /// Everything but the manager (a test starts manager processes itself).
     pub async fn prepare() -> Self {
-        let (cluster, pods_dir) = super::cluster_with_node().await;
+        Self::prepare_on(false).await
+    }
+
+    /// [`Operator::prepare`]; runner Pods are real containers when `containers`.
+    pub async fn prepare_on(containers: bool) -> Self {
+        let (cluster, pods_dir) = super::cluster_with_node_on(containers).await;
         let admin = super::client(&cluster).await;
         super::terraform_crd_served(&admin).await;
         Api::<CustomResourceDefinition>::all(admin.clone())

@@ -201,6 +201,9 @@ pub fn runner_pod(
         container["resources"] = r.0.clone();
     }
     let mut spec = json!({
+        // The TLS Secret's files are 0400: a kubelet makes them readable by the runner (UID
+        // and GID 65532) only through the volume's group, which `fsGroup` sets.
+        "securityContext": {"fsGroup": 65532},
         "serviceAccountName": runner.service_account_name,
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": grace,
@@ -354,6 +357,7 @@ mod tests {
         let c = &spec["containers"][0];
         assert_eq!(c["image"], "ghcr.io/tfops/tfops-runner:v1");
         assert_eq!(c["securityContext"], hardened_security_context());
+        assert_eq!(spec["securityContext"]["fsGroup"], 65532);
         assert!(
             c.get("resources").is_none(),
             "no requests or limits by default"

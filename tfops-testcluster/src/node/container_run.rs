@@ -190,6 +190,17 @@ impl ContainerRun<'_> {
                 oom_before,
                 oom.clone(),
             ));
+            // The Pod's address is told once the container runs: before, its address is not on
+            // the bridge (the bridge itself may not exist yet) and a connection to it would
+            // leave the host by the default route.
+            let mut exited = None;
+            while !podman::running(&name).await {
+                if let Ok(Some(status)) = child.try_wait() {
+                    exited = Some(status);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             let ids = json!({
                 "image": container["image"], "imageID": format!("podman://{}", text(&container["image"])),
                 "containerID": format!("podman://{name}"), "name": container["name"],
@@ -232,7 +243,10 @@ impl ContainerRun<'_> {
                     context.patch(&pod, status).await;
                 })
             };
-            let status = child.wait().await;
+            let status = match exited {
+                Some(status) => Ok(status),
+                None => child.wait().await,
+            };
             oom_watch.abort();
             readiness.abort();
             let _ = readiness.await;

@@ -89,6 +89,15 @@ pub fn name(uid: &str) -> String {
     format!("tfops-pod-{uid}")
 }
 
+/// Whether the container runs now (its network is attached: its address routes to it).
+pub async fn running(name: &str) -> bool {
+    tokio::process::Command::new(PODMAN)
+        .args(["inspect", "--format", "{{.State.Status}}", name])
+        .output()
+        .await
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "running")
+}
+
 /// Sends `signal` (`TERM`, `KILL`) to the container; whether podman did.
 pub fn kill(name: &str, signal: &str) -> bool {
     podman()

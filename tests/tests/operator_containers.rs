@@ -1,0 +1,161 @@
+//! The operator with its runner Pods as real containers, run by the node agent with podman and
+//! runc from the runner image `scripts/build-images` built: an object goes to Ready (its state
+//! written by Terraform's kubernetes backend from inside the container, through the in-cluster
+//! configuration), and, read from inside the runner container while it applies, the promise
+//! of seed 002 holds: UID 65532, no capabilities, seccomp filtering, no privilege escalation, a
+//! read-only root, writable `/tmp` and `/home/runner`, the TLS Secret mounted read-only, and no
+//! ServiceAccount token but its own Pod's.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, ListParams};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use support::operator::{Operator, applying, ready_with, slow};
+
+/// `podman exec` in the container running the Pod with `uid`, as the container's user:
+/// (whether it succeeded, its output).
+fn exec(uid: &str, script: &str) -> (bool, String) {
+    let out = std::process::Command::new("podman")
+        .args(["--runtime", "runc", "exec", &format!("tfops-pod-{uid}")])
+        .args(["/bin/bash", "-c", script])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// The claims of a JSON Web Token.
+fn claims(token: &str) -> Value {
+    let payload = token.trim().split('.').nth(1).unwrap();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// The time from the first runner Pod's creation (as this watch saw it) to its Ready condition.
+fn time_to_ready(admin: kube::Client) -> tokio::task::JoinHandle<Vec<Duration>> {
+    tokio::spawn(async move {
+        let pods: Api<Pod> = Api::namespaced(admin, "team-a");
+        let config = watcher::Config::default().labels("app.kubernetes.io/name=tf-runner");
+        let mut events = std::pin::pin!(watcher(pods, config));
+        let mut seen: std::collections::HashMap<String, (Instant, bool)> = Default::default();
+        let mut times = Vec::new();
+        while let Some(Ok(e)) = events.next().await {
+            let (watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = e else {
+                continue;
+            };
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            let entry = seen.entry(uid).or_insert((Instant::now(), false));
+            let ready = p
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if ready && !entry.1 {
+                entry.1 = true;
+                times.push(entry.0.elapsed());
+                if !times.is_empty() {
+                    return times;
+                }
+            }
+        }
+        times
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn runner_containers_apply_to_ready_hardened_as_seed_002_promises() {
+    let op = Operator::start_in_containers().await;
+    let timing = time_to_ready(op.admin.clone());
+    op.git.commit("infra", &[("main.tf", &slow(12))]);
+    op.apply(&op.manifest(
+        "boxed",
+        json!({"approvePlan": "auto", "writeOutputsToSecret": {"name": "boxed-outputs"}}),
+    ));
+    applying(&op, "boxed").await;
+
+    // Inside the runner container, while it applies.
+    let pods: Api<Pod> = Api::namespaced(op.admin.clone(), "team-a");
+    let running = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=tf-runner"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .expect("a runner Pod runs the apply");
+    let ip = running.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    assert!(
+        ip.starts_with("10.88."),
+        "the runner's Pod IP is on the bridge: {ip}"
+    );
+    let uid = running.metadata.uid.clone().unwrap();
+    let (_, status) = exec(&uid, "cat /proc/1/status");
+    for line in [
+        "Uid:\t65532\t65532\t65532\t65532",
+        "CapEff:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+    ] {
+        assert!(
+            status.lines().any(|l| l == line),
+            "{line:?} not in:\n{status}"
+        );
+    }
+    assert!(!exec(&uid, "touch /written").0, "the root is read-only");
+    assert!(exec(&uid, "touch /tmp/x && touch /home/runner/x").0);
+    let (ok, tls) = exec(&uid, "cat /run/tfops/tls/tls.key");
+    assert!(
+        ok && tls.contains("PRIVATE KEY"),
+        "the TLS key is readable: {tls}"
+    );
+    assert!(
+        !exec(&uid, "touch /run/tfops/tls/other").0,
+        "the TLS mount is read-only"
+    );
+    // Debian's /var/run is /run: each token file is counted once, by its real path.
+    let (_, secrets) = exec(
+        &uid,
+        "find /var/run/secrets /run/secrets -name token 2>/dev/null | xargs -n1 readlink -f | sort -u",
+    );
+    assert_eq!(
+        secrets.trim(),
+        "/run/secrets/kubernetes.io/serviceaccount/token",
+        "one token"
+    );
+    let (_, token) = exec(
+        &uid,
+        "cat /var/run/secrets/kubernetes.io/serviceaccount/token",
+    );
+    let k8s = &claims(&token)["kubernetes.io"];
+    assert_eq!(k8s["pod"]["name"], json!(running.metadata.name));
+    assert_eq!(k8s["serviceaccount"]["name"], "tf-runner");
+
+    let t = op
+        .wait_for("boxed", "applied", 240, |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+        })
+        .await;
+    assert!(t.status.unwrap().binary.unwrap().starts_with("terraform "));
+    // Terraform's kubernetes backend wrote the state from inside the container.
+    let secrets: Api<Secret> = Api::namespaced(op.admin.clone(), "team-a");
+    let state = secrets.get("tfstate-default-boxed").await.unwrap();
+    assert!(state.data.unwrap().contains_key("tfstate"));
+    let outputs = secrets.get("boxed-outputs").await.unwrap();
+    assert_eq!(outputs.data.unwrap()["greeting"].0, b"hello");
+    let times = tokio::time::timeout(Duration::from_secs(5), timing)
+        .await
+        .map(Result::unwrap)
+        .unwrap_or_default();
+    eprintln!("figure: runner container Pod created -> Ready: {times:?}");
+}
