@@ -95,6 +95,7 @@ fn bench_binary(c: &mut Criterion, name: &str, terraform: &Path) {
         grace: Duration::from_secs(10),
         max_log_lines: 100_000,
         kubeconfig: None,
+        pod_name: None,
     });
     let server_tls = ServerTls {
         cert: secret.tls_crt,

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use support::operator::{Operator, applying, ready_with, slow};
+use support::operator::{Operator, applying, hungry, memory_limit, ready_with, slow};
 
 /// `podman exec` in the container running the Pod with `uid`, as the container's user:
 /// (whether it succeeded, its output).
@@ -158,4 +158,49 @@ async fn runner_containers_apply_to_ready_hardened_as_seed_002_promises() {
         .map(Result::unwrap)
         .unwrap_or_default();
     eprintln!("figure: runner container Pod created -> Ready: {times:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runner_container_oom_killed_mid_apply_converges_with_no_human() {
+    let op = Operator::start_in_containers().await;
+    // The apply waits for a file inside the container, then grows without bound.
+    op.git.commit(
+        "infra",
+        &[("main.tf", &hungry(std::path::Path::new("/tmp/go")))],
+    );
+    op.apply(&op.manifest(
+        "greedy",
+        json!({"approvePlan": "auto", "runner": memory_limit("256Mi")}),
+    ));
+    applying(&op, "greedy").await;
+    let pods: Api<Pod> = Api::namespaced(op.admin.clone(), "team-a");
+    let pod = pods.get("greedy-tf-runner").await.unwrap();
+    let uid = pod.metadata.uid.clone().unwrap();
+    assert!(exec(&uid, "touch /tmp/go").0);
+    let expected = "runner Pod team-a/greedy-tf-runner died: OOMKilled (exit code 137)";
+    op.wait_for("greedy", "reported the OOM kill", 90, move |t| {
+        t.status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|c| c.message.contains(expected)))
+    })
+    .await;
+    // The configuration is made to fit; nobody touches the killed apply's lock.
+    op.git.commit("infra", &[("main.tf", &slow(0))]);
+    op.wait_for("greedy", "applied again", 240, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(op.admin.clone(), "team-a");
+    let released = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .any(|e| {
+            e.involved_object.name.as_deref() == Some("greedy")
+                && e.reason.as_deref() == Some("LockHolderGone")
+        });
+    assert!(released, "the dead runner's lock was released, and said so");
 }

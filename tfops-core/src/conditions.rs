@@ -184,6 +184,9 @@ string_enum!(
         TFExecShowFailed,
         /// Releasing the state lock failed.
         ForceUnlockFailed,
+        /// The state lock is held by this object's own runner, which is proved gone (the lock
+        /// names the runner Pod's host, where nothing else runs): it is released.
+        LockHolderGone,
         /// Removing plans, outputs or state during deletion failed.
         DeletionFailed,
         /// The object is being deleted.

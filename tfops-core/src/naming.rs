@@ -54,6 +54,29 @@ pub fn apply_runner_pod_name(object_name: &str) -> String {
     shorten(&format!("{object_name}-tf-runner-apply"), MAX_LABEL)
 }
 
+/// The host name of the runner Pod `pod` in `namespace` (its `spec.hostname`): the Pod's name
+/// (shortened) and a hash of namespace and name, so that no other Pod in the cluster has it.
+/// Terraform names a lock's holder `user@host`; a lock whose host is this object's runner is
+/// then this object's runner's, whatever other namespaces hold.
+pub fn runner_host(namespace: &str, pod: &str) -> String {
+    let prefix = shorten(pod, MAX_LABEL - HASH_LEN - 1);
+    let prefix = prefix.trim_end_matches(['-', '.']);
+    format!(
+        "{prefix}-{}",
+        hash_hex(&format!("{namespace}/{pod}"), HASH_LEN)
+    )
+}
+
+/// Whether a state lock's holder (Terraform's `Who`, `user@host`) names the host of a runner
+/// Pod of the object `namespace/name` ([`runner_host`] of its plan or apply runner).
+pub fn held_by_own_runner(namespace: &str, name: &str, holder: &str) -> bool {
+    let own = [runner_pod_name(name), apply_runner_pod_name(name)]
+        .map(|pod| runner_host(namespace, &pod));
+    holder
+        .rsplit_once('@')
+        .is_some_and(|(_, host)| own.iter().any(|o| o == host))
+}
+
 /// The runner Pod of `role`: [`runner_pod_name`], or [`apply_runner_pod_name`] when the
 /// object applies as a separate identity.
 pub fn runner_pod_name_for(object: &TerraformObject, role: crate::api::RunnerRole) -> String {
@@ -172,6 +195,11 @@ mod tests {
     #[test]
     fn derived_names_follow_the_seed() {
         assert_eq!(runner_pod_name("vpc"), "vpc-tf-runner");
+        let host = runner_host("team-a", "vpc-tf-runner");
+        assert!(host.starts_with("vpc-tf-runner-") && host.len() == "vpc-tf-runner".len() + 11);
+        assert_ne!(host, runner_host("team-b", "vpc-tf-runner"));
+        let long = runner_host("team-a", &runner_pod_name(&"x".repeat(90)));
+        assert!(long.len() <= 63 && !long.contains("--"), "{long}");
         assert_eq!(apply_runner_pod_name("vpc"), "vpc-tf-runner-apply");
         assert!(apply_runner_pod_name(&"a".repeat(80)).len() <= MAX_LABEL);
         assert_ne!(

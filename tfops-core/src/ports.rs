@@ -40,6 +40,9 @@ pub enum PortError {
         lock_id: String,
         /// Who holds it.
         holder: String,
+        /// The runner proved the holder gone: the lock names its own Pod as host, and nothing
+        /// else runs there (`tfops_runner::server::RunnerConfig::pod_name`).
+        holder_gone: bool,
     },
     /// Terraform failed; the text is its diagnostic.
     #[error("{0}")]

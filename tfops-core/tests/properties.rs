@@ -777,6 +777,7 @@ fn fault(op: FakeOp) -> PortError {
         FakeOp::Plan | FakeOp::Apply => PortError::StateLocked {
             lock_id: "other".into(),
             holder: "someone".into(),
+            holder_gone: false,
         },
         _ => PortError::Terraform(format!("Error: injected into {op:?}")),
     }

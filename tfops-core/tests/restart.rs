@@ -130,7 +130,8 @@ async fn force_unlock_auto_never_breaks_a_lock_of_this_objects_own_runner() {
         json!({"approvePlan": "auto", "tfstate": {"forceUnlock": "auto"}}),
     ));
     // Held by the runner Pod of this very object: perhaps an apply still running.
-    w.lock_state(&key, "lock-7", "runner@vpc-tf-runner");
+    let host = tfops_core::naming::runner_host(&key.namespace, "vpc-tf-runner");
+    w.lock_state(&key, "lock-7", &format!("runner@{host}"));
     reconcile(&w, &key).await;
     assert_eq!(
         w.calls_of(&key, FakeOp::Unlock),
@@ -147,6 +148,25 @@ async fn force_unlock_auto_never_breaks_a_lock_of_this_objects_own_runner() {
     reconcile(&w, &key).await;
     assert_eq!(w.calls_of(&key, FakeOp::Unlock), 1);
     assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+}
+
+#[tokio::test]
+async fn a_lock_of_this_objects_own_runner_proved_gone_is_released_whatever_force_unlock_says() {
+    let w = world();
+    // `forceUnlock` left at its default (`no`).
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    w.lock_state_of_dead_runner(&key, "lock-9");
+    reconcile(&w, &key).await;
+    assert_eq!(w.calls_of(&key, FakeOp::Unlock), 1, "released once");
+    assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+    assert_eq!(w.applies(&key), 1);
+    assert!(w.object(&key).unwrap().status.lock.pending.is_empty());
+    let said = w
+        .lock()
+        .events
+        .iter()
+        .any(|(k, e)| *k == key && e.reason == tfops_core::conditions::Reason::LockHolderGone);
+    assert!(said, "an event says why the lock was broken");
 }
 
 #[tokio::test]

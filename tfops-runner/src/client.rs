@@ -381,6 +381,7 @@ fn result_error(r: &proto::RunResult) -> Option<PortError> {
         proto::run_result::Status::StateLocked => Some(PortError::StateLocked {
             lock_id: r.lock_id.clone(),
             holder: r.lock_holder.clone(),
+            holder_gone: r.lock_holder_gone,
         }),
         proto::run_result::Status::Failed => Some(PortError::Terraform(r.diagnostic.clone())),
     }

@@ -129,6 +129,7 @@ pub async fn run_with(
         grace: args.grace,
         max_log_lines: 50_000,
         kubeconfig: std::env::var_os("TFOPS_KUBECONFIG").map(PathBuf::from),
+        pod_name: crate::server::own_host(),
     });
     let service = match stores {
         Some(stores) => service.with_stores(stores),

@@ -40,6 +40,30 @@ pub struct RunnerConfig {
     /// when a request asks for in-cluster configuration (`TFOPS_KUBECONFIG`: the test
     /// cluster's node agent sets it when it cannot bind-mount `/var/run/secrets` for a process).
     pub kubeconfig: Option<PathBuf>,
+    /// This runner's own host name, when it has one (see [`own_host`]): Terraform names a
+    /// lock's holder `user@host`, and since a runner runs one command at a time, a lock held
+    /// by this host when a command finds it is a dead process's (an earlier command killed
+    /// with its Pod, or an earlier Pod of this name, which the API server lets exist only
+    /// after that Pod ended).
+    pub pod_name: Option<String>,
+}
+
+/// `TFOPS_RUNNER_HOST` (the Pod's `spec.hostname`, unique in the cluster) when the kernel's
+/// host name is it; else `None`: a process that shares its host name with others can prove
+/// nothing about a lock held by that host.
+pub fn own_host() -> Option<String> {
+    let own = std::env::var("TFOPS_RUNNER_HOST")
+        .ok()
+        .filter(|p| !p.is_empty())?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    (host.trim() == own).then_some(own)
+}
+
+/// Whether a lock held by `holder` (`user@host`) is held by the host `pod`, the runner's own
+/// ([`own_host`]).
+pub fn held_by_own_host(holder: &str, pod: Option<&str>) -> bool {
+    let host = holder.rsplit_once('@').map(|(_, h)| h.trim());
+    pod.is_some_and(|p| host == Some(p))
 }
 
 /// Chooses the binary for `binary: auto | terraform | tofu` from the process environment
@@ -128,6 +152,8 @@ struct Context {
     shown: Arc<Mutex<Shown>>,
     /// The stores and the object they write for, when the runner has stores.
     stores: Option<(Arc<dyn Stores>, ObjectRef)>,
+    /// [`RunnerConfig::pod_name`].
+    pod: Option<String>,
 }
 
 /// The runner service.
@@ -289,6 +315,7 @@ impl RunnerService {
         let context = Context {
             shown: self.shown.clone(),
             stores: self.stores.clone().zip(object),
+            pod: self.config.pod_name.clone(),
         };
         let max_lines = self.config.max_log_lines;
         let task_entry = entry.clone();
@@ -366,12 +393,13 @@ fn failed(diagnostic: String) -> proto::RunResult {
     }
 }
 
-fn from_error(e: TfError) -> proto::RunResult {
+fn from_error(e: TfError, pod: Option<&str>) -> proto::RunResult {
     match e {
         TfError::Locked { lock_id, holder } => proto::RunResult {
             status: proto::run_result::Status::StateLocked as i32,
             exit_code: 1,
             diagnostic: format!("state locked by {holder} (lock id {lock_id})"),
+            lock_holder_gone: held_by_own_host(&holder, pod),
             lock_id,
             lock_holder: holder,
             payload: None,
@@ -591,7 +619,7 @@ async fn execute(tf: &Terraform, command: Command, io: &Io, context: &Context) -
     .await;
     match outcome {
         Ok(payload) => succeeded(payload),
-        Err(e) => from_error(e),
+        Err(e) => from_error(e, context.pod.as_deref()),
     }
 }
 

@@ -209,6 +209,7 @@ fn destroy_through_plan(run: &mut Run<'_>, revision: &Revision) -> Flow<()> {
                         changed_message(&plan_id, summary, identity.as_deref())
                     ),
                     lock: None,
+                    lock_holder_gone: false,
                 };
                 return run.fail(ConditionType::Apply, f);
             }

@@ -53,14 +53,19 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
             | StepKind::Done,
         ) => Reason::DeletionFailed,
     };
-    let lock = match error {
-        PortError::StateLocked { lock_id, holder } => Some((lock_id.clone(), holder.clone())),
-        _ => None,
+    let (lock, lock_holder_gone) = match error {
+        PortError::StateLocked {
+            lock_id,
+            holder,
+            holder_gone,
+        } => (Some((lock_id.clone(), holder.clone())), *holder_gone),
+        _ => (None, false),
     };
     StepFailure {
         reason,
         message: trim_message(&format!("{}: {error}", sub.label())),
         lock,
+        lock_holder_gone,
     }
 }
 
@@ -180,6 +185,7 @@ mod tests {
         let locked = PortError::StateLocked {
             lock_id: "abc".into(),
             holder: "ci".into(),
+            holder_gone: false,
         };
         let f = failure(StepKind::Plan, SubStep::Plan, &locked);
         assert_eq!(

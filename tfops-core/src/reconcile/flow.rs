@@ -421,26 +421,42 @@ impl<'a> Run<'a> {
 
     /// With `forceUnlock: auto`, a lock that stops a step is released once per run and the
     /// step runs again, unless this object's own runner holds it (Terraform's lock says
-    /// `Who: <user>@<host>`, and a runner's host is its Pod, `<name>-tf-runner`): that run may
+    /// `Who: <user>@<host>`, and a runner's host is [`crate::naming::runner_host`]): that run may
     /// still be live (a driver that restarted, a Pod being replaced), and breaking its lock
-    /// would let two applies write one state. A human releases such a lock.
-    fn auto_unlock(&self, failure: &StepFailure) -> Option<Decision> {
+    /// would let two applies write one state.
+    ///
+    /// Such a lock is released, whatever `forceUnlock` says, only when the runner that found
+    /// it proved its holder gone (`lock_holder_gone`: the lock names that runner's own Pod as
+    /// host, and a runner runs one command at a time, so the process that took it ended with
+    /// an earlier command or an earlier Pod of that name); the `StateLocked` condition (and
+    /// so an event) says so. Otherwise a human releases it.
+    fn auto_unlock(&mut self, failure: &StepFailure) -> Option<Decision> {
         let (lock_id, holder) = failure.lock.as_ref()?;
-        let name = &self.s.object.metadata.name;
-        let own = [
-            crate::naming::runner_pod_name(name),
-            crate::naming::apply_runner_pod_name(name),
-        ];
-        if holder
-            .split('@')
-            .nth(1)
-            .is_some_and(|host| own.iter().any(|o| o == host))
-        {
-            return None;
-        }
-        let auto = self.s.object.spec.tfstate.force_unlock == ForceUnlock::Auto;
+        let meta = &self.s.object.metadata;
         let can = self.s.progress.succeeded(StepKind::Setup)
             && !self.s.progress.attempted(StepKind::ForceUnlock);
+        if crate::naming::held_by_own_runner(&meta.namespace, &meta.name, holder) {
+            if !(failure.lock_holder_gone && can) {
+                return None;
+            }
+            let message = format!(
+                "the state lock {lock_id} is held by {holder}, this object's runner, which is gone \
+                 (nothing runs on that host any more): released, and the run goes on"
+            );
+            self.set(
+                ConditionType::StateLocked,
+                ConditionStatus::True,
+                Reason::LockHolderGone,
+                message,
+            );
+            return Some(Decision {
+                step: Step::ForceUnlock {
+                    lock_id: lock_id.clone(),
+                },
+                status: self.st.clone(),
+            });
+        }
+        let auto = self.s.object.spec.tfstate.force_unlock == ForceUnlock::Auto;
         (auto && can).then(|| Decision {
             step: Step::ForceUnlock {
                 lock_id: lock_id.clone(),
@@ -499,5 +515,6 @@ pub(super) fn unexpected<T>(step: StepKind) -> Flow<T> {
         reason: Reason::Progressing,
         message: format!("internal error: unexpected outcome recorded for {step:?}"),
         lock: None,
+        lock_holder_gone: false,
     })))
 }

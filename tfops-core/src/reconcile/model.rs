@@ -210,6 +210,8 @@ pub struct StepFailure {
     pub message: String,
     /// The lock that stopped it, as (lock id, holder).
     pub lock: Option<(String, String)>,
+    /// The runner proved the lock's holder gone ([`crate::ports::PortError::StateLocked`]).
+    pub lock_holder_gone: bool,
 }
 
 /// What a successful step produced.

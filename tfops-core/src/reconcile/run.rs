@@ -466,6 +466,7 @@ pub(super) fn denied(
         reason: Reason::ValidationFailed,
         message: crate::reconcile::trim_message(&message(&list.join("; "))),
         lock: None,
+        lock_holder_gone: false,
     })
 }
 

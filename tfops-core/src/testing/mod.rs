@@ -90,6 +90,8 @@ pub struct Infra {
     pub real: BTreeMap<String, String>,
     /// A held state lock: (lock id, holder).
     pub lock: Option<(String, String)>,
+    /// Whether the runner that finds the lock proves its holder gone (its own host).
+    pub lock_holder_gone: bool,
 }
 
 /// Everything the fake world holds. Public so tests can look at (and arrange) anything.
@@ -319,7 +321,23 @@ impl FakeWorld {
     /// Holds the object's state lock, as a crashed Terraform would leave it.
     pub fn lock_state(&self, key: &ObjectKey, lock_id: &str, holder: &str) {
         let mut w = self.lock();
-        w.infra.entry(key.clone()).or_default().lock = Some((lock_id.into(), holder.into()));
+        let infra = w.infra.entry(key.clone()).or_default();
+        infra.lock = Some((lock_id.into(), holder.into()));
+        infra.lock_holder_gone = false;
+    }
+
+    /// Holds the object's state lock as a dead process of the object's own runner left it:
+    /// the runner that finds it proves its holder gone (it names the runner's own host).
+    pub fn lock_state_of_dead_runner(&self, key: &ObjectKey, lock_id: &str) {
+        let mut w = self.lock();
+        let pod = crate::naming::runner_pod_name(&key.name);
+        let holder = format!(
+            "runner@{}",
+            crate::naming::runner_host(&key.namespace, &pod)
+        );
+        let infra = w.infra.entry(key.clone()).or_default();
+        infra.lock = Some((lock_id.into(), holder));
+        infra.lock_holder_gone = true;
     }
 
     /// The driver that makes the next successful apply dies right after it (before it can

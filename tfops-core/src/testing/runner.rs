@@ -80,8 +80,16 @@ impl FakeSession {
 
     fn locked(&self) -> Result<(), PortError> {
         let w = self.world.lock();
+        let gone = w
+            .infra
+            .get(&self.object)
+            .is_some_and(|i| i.lock_holder_gone);
         match w.infra.get(&self.object).and_then(|i| i.lock.clone()) {
-            Some((lock_id, holder)) => Err(PortError::StateLocked { lock_id, holder }),
+            Some((lock_id, holder)) => Err(PortError::StateLocked {
+                lock_id,
+                holder,
+                holder_gone: gone,
+            }),
             None => Ok(()),
         }
     }

@@ -135,6 +135,8 @@ pub fn runner_pod(
             naming::shorten(&meta.name, naming::MAX_LABEL),
         ),
     ]);
+    let pod_name = naming::runner_pod_name_for(object, role);
+    let host = naming::runner_host(&meta.namespace, &pod_name);
     let mut annotations = template.metadata.annotations.clone();
     annotations.insert(ANNOTATION_TLS_VERSION.into(), tls_version.into());
 
@@ -143,6 +145,8 @@ pub fn runner_pod(
         json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
         // One JSON object per line, as the manager's logs in a Pod.
         json!({"name": "TFOPS_LOG_FORMAT", "value": "json"}),
+        // The host name it has (`spec.hostname`), by which it knows a lock of its own host.
+        json!({"name": "TFOPS_RUNNER_HOST", "value": host}),
     ];
     env.extend(
         settings
@@ -204,6 +208,7 @@ pub fn runner_pod(
         // The TLS Secret's files are 0400: a kubelet makes them readable by the runner (UID
         // and GID 65532) only through the volume's group, which `fsGroup` sets.
         "securityContext": {"fsGroup": 65532},
+        "hostname": host,
         "serviceAccountName": runner.service_account_name,
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": grace,
@@ -358,6 +363,15 @@ mod tests {
         assert_eq!(c["image"], "ghcr.io/tfops/tfops-runner:v1");
         assert_eq!(c["securityContext"], hardened_security_context());
         assert_eq!(spec["securityContext"]["fsGroup"], 65532);
+        let host = tfops_core::naming::runner_host("team-a", "vpc-tf-runner");
+        assert_eq!(spec["hostname"], host.as_str());
+        assert!(
+            c["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["name"] == "TFOPS_RUNNER_HOST" && e["value"] == host.as_str())
+        );
         assert!(
             c.get("resources").is_none(),
             "no requests or limits by default"
@@ -375,6 +389,7 @@ mod tests {
                 "POD_NAME",
                 "POD_NAMESPACE",
                 "TFOPS_LOG_FORMAT",
+                "TFOPS_RUNNER_HOST",
                 "HTTPS_PROXY"
             ]
         );
@@ -438,8 +453,8 @@ mod tests {
         );
         assert_eq!(c["resources"]["limits"]["memory"], "2Gi");
         assert_eq!(c["envFrom"][0]["secretRef"]["name"], "aws-creds");
-        assert_eq!(c["env"][3]["name"], "HTTPS_PROXY");
-        assert_eq!(c["env"][4]["name"], "TF_LOG");
+        assert_eq!(c["env"][4]["name"], "HTTPS_PROXY");
+        assert_eq!(c["env"][5]["name"], "TF_LOG");
         assert_eq!(c["volumeMounts"][3]["mountPath"], "/etc/ssl/corp");
         assert_eq!(spec["volumes"][3]["name"], "ca");
         let args: Vec<&str> = c["args"]

@@ -119,6 +119,7 @@ pub async fn start_runner_with(
         grace: Duration::from_secs(10),
         max_log_lines: 10_000,
         kubeconfig: None,
+        pod_name: None,
     };
     std::fs::create_dir_all(&config.workdir_root).unwrap();
     std::fs::create_dir_all(&config.home).unwrap();

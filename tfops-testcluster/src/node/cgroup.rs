@@ -114,6 +114,29 @@ pub fn oom_kills(uid: &str) -> u64 {
     total
 }
 
+/// SIGKILL to every process in the Pod's cgroup and the groups below it but `conmon` (podman's
+/// monitor, which records the container's exit): what the kernel does at once with
+/// `memory.oom.group` on cgroup v2, done by hand where it has no such switch.
+pub fn kill_all(uid: &str) {
+    let Some((dir, _)) = dir(uid) else { return };
+    let mut todo = vec![dir];
+    while let Some(d) = todo.pop() {
+        let pids = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+        for pid in pids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        for child in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = child.path();
+            if path.is_dir() && child.file_name() != "conmon" {
+                todo.push(path);
+            }
+        }
+    }
+}
+
 /// Removes the Pod's cgroup (its processes are gone).
 pub fn remove(uid: &str) {
     if let Some((dir, _)) = dir(uid) {

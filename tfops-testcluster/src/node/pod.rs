@@ -423,6 +423,7 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
             container: &container,
             mounts: &mounts,
             bind_mount: bind_mount.as_deref(),
+            pod_name: super::podman::host_name(&pod),
             env: &env,
             identity_env: &identity_env,
             home: &home,
@@ -595,6 +596,9 @@ struct Launch<'a> {
     container: &'a Value,
     mounts: &'a [(String, PathBuf)],
     bind_mount: Option<&'a Path>,
+    /// The Pod's host name (`spec.hostname`, else its name), in its own UTS namespace, with
+    /// the bind mount.
+    pod_name: &'a str,
     env: &'a [(String, String)],
     identity_env: &'a [(String, String)],
     home: &'a str,
@@ -626,6 +630,12 @@ impl Launch<'_> {
             script.push_str(&format!(
                 "mkdir -p {SERVICE_ACCOUNT_DIR} && mount --bind \"$0\" {SERVICE_ACCOUNT_DIR} && "
             ));
+            // Its own UTS namespace named after the Pod, as a container's host name is (Pod
+            // names are DNS labels: nothing to quote).
+            let pod = self.pod_name.replace('\'', "");
+            script.push_str(&format!(
+                "printf %s '{pod}' > /proc/sys/kernel/hostname && "
+            ));
         }
         let mut argv: Vec<std::ffi::OsString> = Vec::new();
         // The kernel kills the container's first process if this process dies first
@@ -640,6 +650,7 @@ impl Launch<'_> {
                     [
                         "/usr/bin/unshare",
                         "--mount",
+                        "--uts",
                         "--propagation",
                         "private",
                         "--",
@@ -760,6 +771,7 @@ impl Init<'_> {
             container: c,
             mounts: &mounts,
             bind_mount: self.bind_mount,
+            pod_name: super::podman::host_name(self.pod),
             env: &env,
             identity_env: self.identity_env,
             home: self.home,

@@ -84,6 +84,15 @@ pub fn allocate_ip() -> Ipv4Addr {
     Ipv4Addr::new(10, 88, a, (n % 250 + 2) as u8)
 }
 
+/// The Pod's host name, as a kubelet gives it: `spec.hostname`, else the Pod's name.
+pub fn host_name(pod: &Value) -> &str {
+    pod["spec"]["hostname"]
+        .as_str()
+        .filter(|h| !h.is_empty())
+        .or_else(|| pod["metadata"]["name"].as_str())
+        .unwrap_or("")
+}
+
 /// The container's name for the Pod with `uid` (one container per Pod is run).
 pub fn name(uid: &str) -> String {
     format!("tfops-pod-{uid}")
@@ -287,7 +296,7 @@ impl Run<'_> {
             "--ip".into(),
             self.ip.to_string(),
             "--hostname".into(),
-            pod["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            host_name(pod).to_string(),
             "--ulimit".into(),
             "nofile=20000:20000".into(),
             "--ulimit".into(),
