@@ -83,6 +83,10 @@ pub struct RunEntry {
     /// `spec.runner.apply`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub applied_by: String,
+    /// The state lock this run released, and why (`lock <id> of <holder>: a runner of this
+    /// object that is gone`, or `... : asked`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub unlocked: String,
 }
 
 impl RunEntry {
@@ -175,9 +179,27 @@ pub fn entry(
         binary: String::new(),
         planned_by: String::new(),
         applied_by: String::new(),
+        unlocked: String::new(),
     };
     let mut planned = false;
+    let mut last_lock = None;
     for r in report.records.iter().filter(|r| is_run(r.step)) {
+        match &r.result {
+            Err(f) if f.lock.is_some() => last_lock = Some(f),
+            Ok(Outcome::Unlocked) => {
+                if let Some((id, holder)) = last_lock.and_then(|f| f.lock.as_ref()) {
+                    let why = if last_lock.is_some_and(|f| f.lock_holder_gone) {
+                        "a runner of this object that is gone"
+                    } else {
+                        "asked (forceUnlock)"
+                    };
+                    entry.unlocked = format!("lock {id} of {holder}: {why}");
+                } else {
+                    entry.unlocked = "the lock whose release was asked for".into();
+                }
+            }
+            _ => {}
+        }
         match (&r.result, r.step) {
             (
                 Ok(Outcome::RunnerStarted {
@@ -325,6 +347,42 @@ mod tests {
     }
 
     #[test]
+    fn a_released_lock_is_recorded_with_why() {
+        use crate::reconcile::{Record, RunReport, StepFailure};
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        let locked = |gone: bool| Record {
+            step: StepKind::Plan,
+            at,
+            result: Err(StepFailure {
+                reason: crate::conditions::Reason::LockHeld,
+                message: "plan: state locked".into(),
+                lock: Some(("l-1".into(), "65532@app-tf-runner-0a1b2c3d4e".into())),
+                lock_holder_gone: gone,
+            }),
+        };
+        let unlocked = Record {
+            step: StepKind::ForceUnlock,
+            at,
+            result: Ok(Outcome::Unlocked),
+        };
+        let report = |gone| RunReport {
+            records: vec![locked(gone), unlocked.clone()],
+            requeue_after: None,
+            status: Default::default(),
+            output_tail: String::new(),
+        };
+        let before = object(serde_json::json!({}), serde_json::json!({}));
+        let e = entry(&before, &report(true), at).unwrap();
+        assert_eq!(
+            e.unlocked,
+            "lock l-1 of 65532@app-tf-runner-0a1b2c3d4e: a runner of this object that is gone"
+        );
+        assert_eq!(e.steps, ["Plan!", "ForceUnlock"]);
+        let e = entry(&before, &report(false), at).unwrap();
+        assert!(e.unlocked.ends_with(": asked (forceUnlock)"), "{}", e.unlocked);
+    }
+
+    #[test]
     fn ten_runs_are_kept_newest_first() {
         let at = jiff::Timestamp::UNIX_EPOCH;
         let mut runs = Vec::new();
@@ -348,6 +406,7 @@ mod tests {
                     binary: String::new(),
                     planned_by: String::new(),
                     applied_by: String::new(),
+                    unlocked: String::new(),
                 },
             );
         }

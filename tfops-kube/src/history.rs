@@ -170,6 +170,7 @@ mod tests {
             binary: String::new(),
             planned_by: String::new(),
             applied_by: String::new(),
+            unlocked: String::new(),
         }
     }
 

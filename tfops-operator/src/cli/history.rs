@@ -98,7 +98,7 @@ pub fn print_output(object: &str, runs: &[RunEntry], n: usize) -> anyhow::Result
 }
 
 /// `, with tofu 1.12.6, planned by A, applied by B` for the binary and identities a run
-/// recorded (empty when it recorded none).
+/// recorded, and the state lock it released and why (empty when it recorded none).
 fn identities(run: &RunEntry) -> String {
     let mut out = String::new();
     if !run.binary.is_empty() {
@@ -109,6 +109,9 @@ fn identities(run: &RunEntry) -> String {
     }
     if !run.applied_by.is_empty() {
         out.push_str(&format!(", applied by {}", run.applied_by));
+    }
+    if !run.unlocked.is_empty() {
+        out.push_str(&format!(", released state {}", run.unlocked));
     }
     out
 }
@@ -145,6 +148,12 @@ mod tests {
             ", planned by local:plan"
         );
         assert_eq!(identities(&run("", "")), "");
+        let mut released = run("", "");
+        released.unlocked = "lock l-1 of 65532@app-tf-runner-0a1b2c3d4e: a runner of this object that is gone".into();
+        assert_eq!(
+            identities(&released),
+            ", released state lock l-1 of 65532@app-tf-runner-0a1b2c3d4e: a runner of this object that is gone"
+        );
     }
 
     #[test]
