@@ -204,3 +204,108 @@ async fn a_runner_container_oom_killed_mid_apply_converges_with_no_human() {
         });
     assert!(released, "the dead runner's lock was released, and said so");
 }
+
+/// The resources of the Terraform state in the object's state Secret: address → id.
+async fn state_ids(op: &Operator, name: &str) -> std::collections::BTreeMap<String, String> {
+    use std::io::Read;
+    let secrets: Api<Secret> = Api::namespaced(op.admin.clone(), "team-a");
+    let Some(secret) = secrets
+        .get_opt(&format!("tfstate-default-{name}"))
+        .await
+        .unwrap()
+    else {
+        return Default::default();
+    };
+    let gz = &secret.data.as_ref().unwrap()["tfstate"].0;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    let state: Value = serde_json::from_str(&text).unwrap();
+    state["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            (
+                format!(
+                    "{}.{}",
+                    r["type"].as_str().unwrap(),
+                    r["name"].as_str().unwrap()
+                ),
+                r["instances"][0]["attributes"]["id"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runner_pod_deleted_mid_apply_stops_politely_and_nothing_is_created_twice() {
+    let op = Operator::start_in_containers().await;
+    // `terraform_data.x` is created at once; `slow` sleeps in its provisioner.
+    op.git.commit("infra", &[("main.tf", &slow(120))]);
+    op.apply(&op.manifest("polite", json!({"approvePlan": "auto"})));
+    applying(&op, "polite").await;
+    let pods: Api<Pod> = Api::namespaced(op.admin.clone(), "team-a");
+    let pod = pods.get("polite-tf-runner").await.unwrap();
+    let uid = pod.metadata.uid.clone().unwrap();
+    // Wait until Terraform has created `x` (its log says so), then delete the Pod as a drain
+    // would: the runner gets SIGTERM, Terraform an interrupt and the grace period.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let logs = pods
+            .logs("polite-tf-runner", &kube::api::LogParams::default())
+            .await
+            .unwrap_or_default();
+        if logs.contains("terraform_data.x: Creation complete") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "x was never created:\n{logs}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    pods.delete("polite-tf-runner", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = Instant::now();
+    while pods
+        .get_opt("polite-tf-runner")
+        .await
+        .unwrap()
+        .is_some_and(|p| p.metadata.uid.as_deref() == Some(&uid))
+    {
+        assert!(
+            gone.elapsed() < Duration::from_secs(60),
+            "the runner Pod never went"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stopped = op
+        .cluster
+        .node()
+        .unwrap()
+        .stopped_by_sigterm("team-a", "polite-tf-runner");
+    assert_eq!(stopped, Some(true), "stopped within its grace period");
+    // Terraform wrote what it had created before it exited.
+    let after_stop = state_ids(&op, "polite").await;
+    let x = after_stop
+        .get("terraform_data.x")
+        .cloned()
+        .expect("the state records x, created before the stop");
+    assert!(!x.is_empty());
+    // The apply is made quick; the retry converges and x is the same resource.
+    op.git.commit("infra", &[("main.tf", &slow(0))]);
+    op.wait_for("polite", "applied again", 240, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+    let last = state_ids(&op, "polite").await;
+    assert_eq!(
+        last.get("terraform_data.x"),
+        Some(&x),
+        "x was not created twice"
+    );
+    assert!(last.contains_key("terraform_data.slow"));
+}

@@ -379,7 +379,11 @@ mod tests {
         );
         assert_eq!(e.steps, ["Plan!", "ForceUnlock"]);
         let e = entry(&before, &report(false), at).unwrap();
-        assert!(e.unlocked.ends_with(": asked (forceUnlock)"), "{}", e.unlocked);
+        assert!(
+            e.unlocked.ends_with(": asked (forceUnlock)"),
+            "{}",
+            e.unlocked
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Spawning `terraform`/`tofu`: lines streamed as they come, cancellation that lets Terraform
-//! release its lock (SIGTERM, then SIGKILL after a grace period).
+//! finish in-flight operations, write its state and release its lock (SIGINT, as Ctrl-C gives
+//! `terraform apply`; then SIGKILL after a grace period).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -142,7 +143,7 @@ fn dangling_cli_config(env: &std::collections::BTreeMap<String, String>) -> bool
 }
 
 /// Runs `inv` to completion, sending its lines to `log`. When `cancel` turns true the process
-/// gets SIGTERM, and SIGKILL if it is still running after `grace`.
+/// gets SIGINT, and SIGKILL if it is still running after `grace`.
 ///
 /// # Errors
 /// [`ExecError`] when the process cannot be started or waited for.
@@ -234,10 +235,11 @@ async fn terminate(
     grace: Duration,
 ) -> std::io::Result<std::process::ExitStatus> {
     if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
-        // SIGTERM lets Terraform stop cleanly and release the state lock.
+        // An interrupt, as Ctrl-C: Terraform stops starting operations, lets those under way
+        // finish, writes its state and releases the lock.
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
+            nix::sys::signal::Signal::SIGINT,
         );
     }
     match tokio::time::timeout(grace, child.wait()).await {

@@ -71,7 +71,7 @@ pub struct Args {
     /// Which binary runs the configuration: `auto` prefers `tofu`, then `terraform`.
     #[arg(long, env = "TFOPS_BINARY", default_value = "auto")]
     pub binary: String,
-    /// Seconds Terraform is given to stop (and release its state lock) after SIGTERM.
+    /// Seconds Terraform is given to stop (and release its state lock) after its interrupt.
     #[arg(long = "grace-period", default_value = "25", value_parser = seconds)]
     pub grace: Duration,
 }
@@ -168,7 +168,7 @@ pub async fn run_with(
     };
     let idle = service.clone();
     serve(listener, service, &tls, args.max_message, shutdown).await?;
-    // Cancelled commands finish their SIGTERM handling (releasing state locks) before exit.
+    // Cancelled commands finish their interrupt handling (releasing state locks) before exit.
     idle.wait_idle(args.grace + Duration::from_secs(5)).await;
     Ok(())
 }

@@ -32,7 +32,7 @@ pub struct RunnerConfig {
     pub workdir_root: PathBuf,
     /// The home directory for file mappings.
     pub home: PathBuf,
-    /// Time Terraform gets after SIGTERM before SIGKILL.
+    /// Time Terraform gets after SIGINT before SIGKILL.
     pub grace: Duration,
     /// Log lines kept per run for re-attaching clients.
     pub max_log_lines: usize,
@@ -257,7 +257,7 @@ impl RunnerService {
             .cloned()
     }
 
-    /// Cancels every running command (shutdown): each gets SIGTERM, then SIGKILL.
+    /// Cancels every running command (shutdown): each gets SIGINT, then SIGKILL.
     pub fn cancel_all(&self) {
         for entry in lock(&self.runs).values() {
             let _ = entry.cancel.send(true);
@@ -265,7 +265,7 @@ impl RunnerService {
     }
 
     /// Waits until no command is running (after [`RunnerService::cancel_all`]), at most
-    /// `limit`: Terraform gets to finish its SIGTERM handling and release its lock before the
+    /// `limit`: Terraform gets to finish its interrupt handling and release its lock before the
     /// process exits.
     pub async fn wait_idle(&self, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;

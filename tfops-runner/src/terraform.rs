@@ -79,7 +79,7 @@ pub struct Terraform {
     pub dir: PathBuf,
     /// Environment for every command.
     pub env: BTreeMap<String, String>,
-    /// Time Terraform gets after SIGTERM.
+    /// Time Terraform gets after SIGINT.
     pub grace: Duration,
 }
 

@@ -149,7 +149,9 @@ mod tests {
         );
         assert_eq!(identities(&run("", "")), "");
         let mut released = run("", "");
-        released.unlocked = "lock l-1 of 65532@app-tf-runner-0a1b2c3d4e: a runner of this object that is gone".into();
+        released.unlocked =
+            "lock l-1 of 65532@app-tf-runner-0a1b2c3d4e: a runner of this object that is gone"
+                .into();
         assert_eq!(
             identities(&released),
             ", released state lock l-1 of 65532@app-tf-runner-0a1b2c3d4e: a runner of this object that is gone"
