@@ -35,6 +35,8 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 pub struct GitDaemon {
     child: Child,
     port: u16,
+    /// The host in its URLs.
+    host: String,
     root: tempfile::TempDir,
 }
 
@@ -46,8 +48,18 @@ impl Drop for GitDaemon {
 }
 
 impl GitDaemon {
-    /// A daemon with no repositories yet.
+    /// A daemon with no repositories yet, on loopback.
     pub fn start() -> Self {
+        Self::start_on("127.0.0.1", "127.0.0.1")
+    }
+
+    /// A daemon that containers reach too: on every address, its URLs naming `host` (the
+    /// container network's gateway).
+    pub fn start_for_containers(host: &str) -> Self {
+        Self::start_on("0.0.0.0", host)
+    }
+
+    fn start_on(listen: &str, host: &str) -> Self {
         let root = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -60,7 +72,7 @@ impl GitDaemon {
             .args([
                 "--reuseaddr",
                 "--export-all",
-                "--listen=127.0.0.1",
+                &format!("--listen={listen}"),
                 &format!("--port={port}"),
             ])
             .arg(format!("--base-path={}", root.path().display()))
@@ -72,7 +84,12 @@ impl GitDaemon {
             .unwrap();
         for _ in 0..400 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Self { child, port, root };
+                return Self {
+                    child,
+                    port,
+                    host: host.to_string(),
+                    root,
+                };
             }
             std::thread::sleep(Duration::from_millis(25));
         }
@@ -83,7 +100,7 @@ impl GitDaemon {
 
     /// The URL of repository `name`.
     pub fn url(&self, name: &str) -> String {
-        format!("git://127.0.0.1:{}/{name}", self.port)
+        format!("git://{}:{}/{name}", self.host, self.port)
     }
 
     /// The working tree of repository `name`.

@@ -19,9 +19,22 @@ use serde_json::Value;
 /// The podman program.
 const PODMAN: &str = "podman";
 
-/// The label naming the process whose node agent made a container (leftovers of a process that
-/// died are removed when the next agent starts).
+/// The label naming the process whose node agent made a container, as `<pid namespace>:<pid>`
+/// (leftovers of a process that died are removed when the next agent of the same PID namespace
+/// starts; another namespace's pids mean nothing here).
 pub const OWNER_LABEL: &str = "io.tfops.node-agent.pid";
+
+/// This process's owner label value.
+fn owner() -> String {
+    format!("{}:{}", pid_namespace(), std::process::id())
+}
+
+/// The PID namespace of this process (`pid:[4026531836]`).
+fn pid_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
 
 /// podman with the OCI runtime this machine needs, for one subcommand.
 fn podman() -> std::process::Command {
@@ -142,12 +155,18 @@ pub fn remove_orphans() {
     else {
         return;
     };
+    let ours = pid_namespace();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Some((name, pid)) = line.split_once(' ') else {
+        let Some((name, owner)) = line.split_once(' ') else {
             continue;
         };
+        let Some((namespace, pid)) = owner.trim().rsplit_once(':') else {
+            continue;
+        };
+        if namespace != ours {
+            continue;
+        }
         let alive = pid
-            .trim()
             .parse::<i32>()
             .is_ok_and(|p| Path::new(&format!("/proc/{p}")).exists());
         if !alive {
@@ -292,7 +311,7 @@ impl Run<'_> {
             "--name".into(),
             name(uid),
             "--label".into(),
-            format!("{OWNER_LABEL}={}", std::process::id()),
+            format!("{OWNER_LABEL}={}", owner()),
             "--ip".into(),
             self.ip.to_string(),
             "--hostname".into(),
