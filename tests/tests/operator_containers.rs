@@ -309,3 +309,60 @@ async fn a_runner_pod_deleted_mid_apply_stops_politely_and_nothing_is_created_tw
     );
     assert!(last.contains_key("terraform_data.slow"));
 }
+
+/// A drift check (a reconcile request on an unchanged object) end to end: the time from the
+/// request to its run recorded in the history, which finds no drift and applies nothing; and
+/// the time the first runner Pod took from creation to Ready.
+async fn drift_check(op: &Operator) -> (Duration, Vec<Duration>) {
+    let timing = time_to_ready(op.admin.clone());
+    op.apply(&op.manifest("checked", json!({"approvePlan": "auto"})));
+    op.wait_for("checked", "became Ready", 240, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+    op.wait_for_runs("checked", 1).await;
+    let asked = Instant::now();
+    op.terraforms()
+        .patch(
+            "checked",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"infra.argocd.io/reconcile": "check-1"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    op.wait_for_runs("checked", 2).await;
+    let took = asked.elapsed();
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(op.admin.clone(), "team-a");
+    let history = maps
+        .get(&tfops_kube::history::history_name("checked"))
+        .await
+        .unwrap();
+    let runs: Vec<Value> = serde_json::from_str(&history.data.unwrap()["runs.json"]).unwrap();
+    // Newest first: the drift check succeeded, found nothing, applied nothing.
+    let check = &runs[0];
+    assert_eq!(check["trigger"], "reconcile requested", "{check:#}");
+    assert_eq!(check["result"], "Succeeded", "{check:#}");
+    assert_eq!(check["applied"], false, "{check:#}");
+    assert!(check.get("drifted").is_none(), "{check:#}");
+    let ready = tokio::time::timeout(Duration::from_secs(5), timing)
+        .await
+        .map(Result::unwrap)
+        .unwrap_or_default();
+    (took, ready)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drift_check_works_alike_on_container_and_process_runners() {
+    let containers = Operator::start_in_containers().await;
+    let in_container = drift_check(&containers).await;
+    drop(containers);
+    let processes = Operator::start().await;
+    let in_process = drift_check(&processes).await;
+    // Figures for benches/README.md, not assertions (a wall-clock time is never asserted).
+    eprintln!(
+        "figure: drift check end to end, and runner Pod created -> Ready: container runner {in_container:?}, process runner {in_process:?}"
+    );
+}
