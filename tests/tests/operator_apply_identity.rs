@@ -160,7 +160,7 @@ fn awaiting(t: &tfops_kube::Terraform) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_plan_identity_cannot_apply_and_the_apply_runner_applies_only_what_was_approved() {
-    let op = Operator::start().await;
+    let op = Operator::start_with_processes(&[]).await;
     identities(&op).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("upstream.tfstate");

@@ -16,6 +16,18 @@ const CONTROLLER: &str = "system:serviceaccount:tfops-system:tfops-controller";
 const RECONCILES: &str = "tfops_reconciles_total{result=\"success\"}";
 
 /// The controller's requests from `from` on, as `VERB resource` → count.
+/// Waits (at most 60 s) until no runner Pod is left in `team-a`.
+async fn no_runner_pods(op: &Operator) {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(op.admin.clone(), "team-a");
+    let runners = kube::api::ListParams::default().labels("app.kubernetes.io/name=tf-runner");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !pods.list(&runners).await.unwrap().items.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "a runner Pod stayed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 fn requests(op: &Operator, from: usize) -> BTreeMap<String, usize> {
     let mut counted = BTreeMap::new();
     for a in op.cluster.audit().into_iter().skip(from) {
@@ -83,7 +95,9 @@ async fn a_reconcile_with_nothing_due_writes_nothing_and_a_drift_check_is_bounde
     assert!(writes.is_empty(), "no write when nothing is due: {idle:?}");
 
     // A drift check (a reconcile request on an unchanged object): a runner Pod, a plan that
-    // finds nothing, no apply.
+    // finds nothing, no apply. Counted from a quiet start: the last run's Pod is gone (a
+    // container takes a moment to stop; a check that finds it still there waits for it).
+    no_runner_pods(&op).await;
     let before = op.manager().counter(RECONCILES).await;
     let mark = op.cluster.audit().len();
     op.wait_for_runs("app", 1).await;

@@ -86,7 +86,7 @@ async fn killed_mid_apply_converges(op: &Operator, name: &str, oom: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn runners_killed_or_oom_killed_mid_apply_are_reported_and_converge_with_no_human() {
-    let op = Operator::start().await;
+    let op = Operator::start_with_processes(&[]).await;
     killed_mid_apply_converges(&op, "killed", false).await;
     killed_mid_apply_converges(&op, "oom", true).await;
 }

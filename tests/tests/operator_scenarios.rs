@@ -62,7 +62,7 @@ async fn request_run(op: &Operator, name: &str, token: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drift_behind_terraforms_back_is_detected_and_remediated_in_auto_mode() {
-    let op = Operator::start().await;
+    let op = Operator::start_with_processes(&[]).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("upstream.tfstate");
     upstream_state(&file, "blue", 1);

@@ -30,7 +30,7 @@ impl Drop for Manager {
 fn flags(identity: &str, extra: &[String]) -> Vec<String> {
     let mut flags: Vec<String> = [
         "--runner-pod-image",
-        &format!("{}:dev", super::RUNNER_IMAGE),
+        &super::runner_pod_image(),
         "--namespace",
         "tfops-system",
         "--identity",

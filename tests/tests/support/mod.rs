@@ -312,6 +312,22 @@ pub async fn cluster_with_node() -> (TestCluster, tempfile::TempDir) {
     cluster_with_node_on(false).await
 }
 
+/// Whether the e2e tests run runner Pods as real containers: `TFOPS_E2E_RUNNERS=containers`,
+/// as `scripts/test` sets (else, for a machine without podman or images, as local processes).
+pub fn containers_wanted() -> bool {
+    std::env::var("TFOPS_E2E_RUNNERS").as_deref() == Ok("containers")
+}
+
+/// The runner image the tests' managers name: the built one with containers, else the name
+/// the node agent runs as this workspace's `tfops-runner`.
+pub fn runner_pod_image() -> String {
+    if containers_wanted() {
+        runner_image()
+    } else {
+        format!("{RUNNER_IMAGE}:dev")
+    }
+}
+
 /// The runner image `scripts/build-images` built (`TFOPS_RUNNER_IMAGE`).
 pub fn runner_image() -> String {
     std::env::var("TFOPS_RUNNER_IMAGE").unwrap_or_else(|_| {
@@ -345,11 +361,21 @@ pub async fn cluster_with_node_on(containers: bool) -> (TestCluster, tempfile::T
             images: if containers {
                 [(SHELL_IMAGE.to_string(), PathBuf::from("/bin/sh"))].into()
             } else {
-                [
+                // The built image's name stands for the same binary (a test that needs local
+                // processes runs beside ones that use containers).
+                let mut images: std::collections::BTreeMap<String, PathBuf> = [
                     (RUNNER_IMAGE.to_string(), runner_binary()),
                     (SHELL_IMAGE.to_string(), PathBuf::from("/bin/sh")),
                 ]
-                .into()
+                .into();
+                if containers_wanted() {
+                    let image = runner_image();
+                    images.insert(
+                        tfops_testcluster::node::image_name(&image).to_string(),
+                        runner_binary(),
+                    );
+                }
+                images
             },
             root: root.path().to_path_buf(),
             base_env,

@@ -60,14 +60,25 @@ pub fn kubeconfig_dir_for(cluster: &TestCluster, token: &str) -> (tempfile::Temp
 impl Operator {
     /// Everything set up and the manager running (one replica, no leader election), watching
     /// all namespaces; objects go in `team-a`, whose `tf-runner` ServiceAccount holds the
-    /// runner's role.
+    /// runner's role. Runner Pods are real containers when [`super::containers_wanted`].
     pub async fn start() -> Self {
         Self::start_with(&[]).await
     }
 
     /// [`Operator::start`] with more manager flags (they win over the defaults).
     pub async fn start_with(flags: &[&str]) -> Self {
-        let mut operator = Self::prepare().await;
+        Self::start_on(super::containers_wanted(), flags).await
+    }
+
+    /// [`Operator::start_with`] with runner Pods as local processes whatever
+    /// [`super::containers_wanted`] says: for tests whose Terraform reads or waits for files
+    /// of the test's own (a container sees none of them).
+    pub async fn start_with_processes(flags: &[&str]) -> Self {
+        Self::start_on(false, flags).await
+    }
+
+    async fn start_on(containers: bool, flags: &[&str]) -> Self {
+        let mut operator = Self::prepare_on(containers).await;
         operator.flags = ["--leader-election", "false"]
             .iter()
             .chain(flags)
@@ -81,18 +92,12 @@ impl Operator {
     /// `scripts/build-images` built (`TFOPS_RUNNER_IMAGE`), the manager told to use it.
     pub async fn start_in_containers() -> Self {
         let image = super::runner_image();
-        let mut operator = Self::prepare_on(true).await;
-        operator.flags = ["--leader-election", "false", "--runner-pod-image", &image]
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        operator.start_controller();
-        operator
+        Self::start_on(true, &["--runner-pod-image", &image]).await
     }
 
     /// Everything but the manager (a test starts manager processes itself).
     pub async fn prepare() -> Self {
-        Self::prepare_on(false).await
+        Self::prepare_on(super::containers_wanted()).await
     }
 
     /// [`Operator::prepare`]; runner Pods are real containers when `containers`.

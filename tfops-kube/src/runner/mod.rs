@@ -280,11 +280,14 @@ impl RunnerPort for KubeRunnerPort {
                 return self.connect(object, &existing, false, false).await;
             }
             // Left over, exited, made from another spec, or holding a rotated certificate:
-            // replaced.
-            let uid = existing.metadata.uid.clone().unwrap_or_default();
-            PodWatch::new(pods.clone(), namespace, &name, &uid)
-                .delete()
-                .await?;
+            // replaced. One already being deleted (the last run's, its container still
+            // stopping) is only waited for.
+            if existing.metadata.deletion_timestamp.is_none() {
+                let uid = existing.metadata.uid.clone().unwrap_or_default();
+                PodWatch::new(pods.clone(), namespace, &name, &uid)
+                    .delete()
+                    .await?;
+            }
             self.wait_gone(&pods, &name).await?;
         }
         pods.create(&PostParams::default(), &pod)

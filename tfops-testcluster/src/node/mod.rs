@@ -192,6 +192,7 @@ impl NodeAgent {
     ) -> Result<Self, NodeError> {
         let name = config.name.clone().unwrap_or_else(|| "node-1".into());
         if config.containers {
+            podman::pin_bridge();
             podman::remove_orphans();
         }
         let state = Arc::new(State::default());

@@ -68,6 +68,79 @@ pub fn gateway() -> Option<Ipv4Addr> {
         .find_map(|g| g.parse().ok())
 }
 
+/// The host end of the veth pair that keeps the bridge in use (see [`pin_bridge`]).
+const ANCHOR: &str = "tfops-anc0";
+
+/// `ip ARGS`, its success.
+fn ip(args: &[&str]) -> bool {
+    std::process::Command::new("ip")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Keeps podman's bridge stable for containers that come and go. A Linux bridge takes the
+/// lowest MAC address among its ports unless given one: when a container leaves, the bridge's
+/// MAC can change under the others, whose ARP entry for the gateway then points nowhere (seen
+/// here: a container lost the API server for good once another stopped). And netavark deletes
+/// the bridge when its last container leaves. So the bridge is made if missing (podman's own
+/// name, gateway and prefix), a veth end of our own is attached to it for good (it is never
+/// empty, never deleted), and the bridge gets that end's MAC as its fixed address. Best effort
+/// (root and iproute2 needed); it stays after the agent.
+pub fn pin_bridge() {
+    let Ok(out) = podman()
+        .args([
+            "network",
+            "inspect",
+            "podman",
+            "--format",
+            "{{.NetworkInterface}} {{range .Subnets}}{{.Subnet}} {{.Gateway}} {{end}}",
+        ])
+        .output()
+    else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut words = text.split_whitespace();
+    let (Some(bridge), Some(subnet), Some(gateway)) = (words.next(), words.next(), words.next())
+    else {
+        return;
+    };
+    let Some((_, prefix)) = subnet.split_once('/') else {
+        return;
+    };
+    let sys = |name: &str| PathBuf::from("/sys/class/net").join(name);
+    if !sys(bridge).exists() {
+        let _ = ip(&["link", "add", bridge, "type", "bridge"])
+            && ip(&["addr", "add", &format!("{gateway}/{prefix}"), "dev", bridge])
+            && ip(&["link", "set", bridge, "up"]);
+    }
+    if !sys(ANCHOR).exists() {
+        let _ = ip(&[
+            "link",
+            "add",
+            ANCHOR,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "tfops-anc1",
+        ]) && ip(&["link", "set", ANCHOR, "master", bridge])
+            && ip(&["link", "set", ANCHOR, "up"])
+            && ip(&["link", "set", "tfops-anc1", "up"]);
+    }
+    let fixed = std::fs::read_to_string(sys(bridge).join("addr_assign_type"))
+        .is_ok_and(|t| t.trim() == "3");
+    if !fixed
+        && let Ok(mac) = std::fs::read_to_string(sys(ANCHOR).join("address"))
+        && !ip(&["link", "set", "dev", bridge, "address", mac.trim()])
+    {
+        tracing::warn!("could not give the bridge {bridge} a fixed MAC address");
+    }
+}
+
 /// Whether podman has the image (nothing is ever pulled: no registry is reachable here).
 pub async fn image_exists(image: &str) -> bool {
     tokio::process::Command::new(PODMAN)
