@@ -332,6 +332,60 @@ fn limits_are_enforced() {
 }
 
 #[test]
+fn a_root_entry_as_the_usual_packers_write_it_is_accepted_and_nothing_more() {
+    // Flux's OCI artifact builder writes `.`, GNU tar `./`: the root, a directory.
+    for root in [".", "./"] {
+        let entries = vec![
+            entry(root, Kind::Dir),
+            entry("./modules/", Kind::Dir),
+            file("./modules/net.tf", "net"),
+            file("./main.tf", "main"),
+        ];
+        let (_sandbox, dest, r) = try_extract(&raw_archive(&entries), ExtractLimits::default());
+        r.unwrap_or_else(|e| panic!("root entry {root:?}: {e}"));
+        assert_eq!(fs::read_to_string(dest.join("main.tf")).unwrap(), "main");
+        assert_eq!(
+            fs::read_to_string(dest.join("modules/net.tf")).unwrap(),
+            "net"
+        );
+    }
+    // A root entry that is not a directory, or another empty name, stays refused.
+    for (name, kind) in [
+        (".", Kind::File(b"x".to_vec())),
+        ("./", Kind::Symlink(b"/etc".to_vec())),
+        (".//.", Kind::Dir),
+        ("", Kind::Dir),
+    ] {
+        let (sandbox, _dest, r) = try_extract(
+            &raw_archive(&[entry(name, kind.clone())]),
+            ExtractLimits::default(),
+        );
+        assert!(r.is_err(), "{name:?} as {kind:?} is refused");
+        assert_eq!(sandbox_names(sandbox.path()), ["outside"], "nothing left");
+    }
+}
+
+#[test]
+fn an_archive_made_by_gnu_tar_from_dot_extracts() {
+    let tree = tree();
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("src.tar.gz");
+    let status = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(tree.path())
+        .arg("-czf")
+        .arg(&file)
+        .arg(".")
+        .status()
+        .expect("GNU tar runs");
+    assert!(status.success());
+    let bytes = fs::read(&file).unwrap();
+    let (_sandbox, dest, r) = try_extract(&bytes, ExtractLimits::default());
+    r.unwrap();
+    assert_eq!(listing(&dest), listing(tree.path()));
+}
+
+#[test]
 fn safe_links_and_modes_are_accepted() {
     let entries = vec![
         entry("modules", Kind::Dir),

@@ -230,6 +230,78 @@ async fn htpasswd_authentication_is_required_and_honoured() {
     assert!(!err.to_string().contains("guess"));
 }
 
+/// The configuration's layer as GNU tar packs a directory (`tar -C dir -czf - .`: a `./` root
+/// entry first, every path under `./`).
+fn gnu_tar_layer(dir: &Path) -> Vec<u8> {
+    let out = Command::new("tar")
+        .arg("-C")
+        .arg(dir)
+        .args(["-czf", "-", "."])
+        .output()
+        .expect("GNU tar runs");
+    assert!(out.status.success());
+    out.stdout
+}
+
+/// The layer as Go's archive/tar writes it from Flux's builder: a `.` directory entry first,
+/// then the files by their relative names.
+fn go_style_layer(dir: &Path) -> Vec<u8> {
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    let mut root = tar::Header::new_gnu();
+    root.set_entry_type(tar::EntryType::Directory);
+    root.set_mode(0o755);
+    root.set_size(0);
+    builder
+        .append_data(&mut root, ".", std::io::empty())
+        .unwrap();
+    let main = std::fs::read(dir.join("main.tf")).unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_mode(0o644);
+    h.set_size(main.len() as u64);
+    builder.append_data(&mut h, "main.tf", &main[..]).unwrap();
+    builder.into_inner().unwrap().finish().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn artifacts_packed_by_gnu_tar_and_as_flux_packs_them_are_pulled_and_applied() {
+    let r = registry(false);
+    let oci = OciSource::new(true);
+    let none = OciCredentials::default();
+    let infra = tree(
+        "resource \"terraform_data\" \"a\" {\n  input = \"packed\"\n}\noutput \"a\" {\n  value = terraform_data.a.output\n}\n",
+    );
+    for (name, layer) in [
+        ("gnu", gnu_tar_layer(infra.path())),
+        ("flux", go_style_layer(infra.path())),
+    ] {
+        let url = format!("oci://127.0.0.1:{}/platform/{name}", r.server.port);
+        oci.push_archive(layer, &url, "v1.0.0", &none)
+            .await
+            .unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let yaml = format!(
+            "apiVersion: infra.argocd.io/v1alpha1\nkind: Terraform\nmetadata:\n  name: {name}\n  namespace: demo\nspec:\n  sourceRef:\n    kind: OCIRepository\n    url: {url}\n    insecure: true\n    ref:\n      tag: v1.0.0\n  approvePlan: auto\n"
+        );
+        std::fs::write(project.path().join("terraform.yaml"), yaml).unwrap();
+        let project_path = project.path().to_path_buf();
+        let out = tokio::task::spawn_blocking(move || {
+            tfops(&project_path, &["local", "apply", "-f", "terraform.yaml"])
+        })
+        .await
+        .unwrap();
+        assert_eq!(out.code, 0, "{name}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stdout.contains(r#"a="packed""#),
+            "{name}: {}",
+            out.stdout
+        );
+    }
+}
+
 #[test]
 fn tfops_source_push_then_local_mode_on_an_oci_repository() {
     let r = registry(false);

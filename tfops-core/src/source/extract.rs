@@ -266,6 +266,12 @@ impl Extraction<'_> {
         ) {
             return Ok(());
         }
+        // The archive's root itself, as GNU `tar -C dir -c .` (`./`) and Flux's OCI artifact
+        // builder (`.`) write it first: the destination is that directory already. Only a
+        // directory of exactly that name; anything else with an empty path stays refused.
+        if kind == tar::EntryType::Directory && (raw == b"." || raw == b"./") {
+            return Ok(());
+        }
         let path = checked_path(&raw, &self.limits)?;
         self.not_through_symlink(&path, &entry)?;
         let full = self.root.join(&path);

@@ -327,13 +327,28 @@ impl OciSource {
         ignore: Option<&str>,
         creds: &OciCredentials,
     ) -> Result<String, OciError> {
-        let repo = repository(url)?;
-        let at = format!("{url}:{tag}");
         let mut data = Vec::new();
         build_archive(dir, ignore, &mut data).map_err(|e| OciError::Registry {
-            reference: at.clone(),
+            reference: format!("{url}:{tag}"),
             message: format!("archiving {}: {e}", dir.display()),
         })?;
+        self.push_archive(data, url, tag, creds).await
+    }
+
+    /// Pushes `data`, a gzipped tar archive made by any packer, as a Flux-style artifact
+    /// tagged `tag`; returns its manifest digest.
+    ///
+    /// # Errors
+    /// [`OciError`] from the registry.
+    pub async fn push_archive(
+        &self,
+        data: Vec<u8>,
+        url: &str,
+        tag: &str,
+        creds: &OciCredentials,
+    ) -> Result<String, OciError> {
+        let repo = repository(url)?;
+        let at = format!("{url}:{tag}");
         let layer = ImageLayer::new(data, FLUX_LAYER.to_string(), None);
         let config = Config::new(b"{}".to_vec(), FLUX_CONFIG.to_string(), None);
         let image = reference(repo, &format!(":{tag}"))?;
