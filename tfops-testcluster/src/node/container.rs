@@ -297,6 +297,16 @@ async fn project(
     Ok(())
 }
 
+/// Sends the command's standard output and error to `log` (the container's log).
+pub fn output_to(cmd: &mut tokio::process::Command, log: std::fs::File) {
+    cmd.stderr(
+        log.try_clone()
+            .map(std::process::Stdio::from)
+            .unwrap_or_else(|_| std::process::Stdio::null()),
+    )
+    .stdout(log);
+}
+
 /// Writes `bytes` to `path` readable by its owner only, making its directory.
 ///
 /// # Errors

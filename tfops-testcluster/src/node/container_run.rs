@@ -232,15 +232,14 @@ impl ContainerRun<'_> {
                     .and_then(|p| u16::try_from(p).ok());
                 let status =
                     json!({"conditions": conditions(true), "containerStatuses": [running(true)]});
-                let (context_client, pod) = (self.context.client.clone(), pod.clone());
-                let context = ContextRef(context_client);
+                let (client, pod) = (self.context.client.clone(), pod.clone());
                 tokio::spawn(async move {
                     if let Some(port) = port {
                         while tokio::net::TcpStream::connect((ip, port)).await.is_err() {
                             tokio::time::sleep(Duration::from_millis(25)).await;
                         }
                     }
-                    context.patch(&pod, status).await;
+                    super::pod::patch_status_with(&client, &pod, status).await;
                 })
             };
             let status = match exited {
@@ -307,15 +306,6 @@ impl ContainerRun<'_> {
                 return;
             }
         }
-    }
-}
-
-/// A client that writes a Pod's status from a task of its own.
-struct ContextRef(kube::Client);
-
-impl ContextRef {
-    async fn patch(&self, pod: &Value, status: Value) {
-        super::pod::patch_status_with(&self.0, pod, status).await;
     }
 }
 

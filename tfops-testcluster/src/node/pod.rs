@@ -289,20 +289,19 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
             .flatten()
         {
             let image = init["image"].as_str().unwrap_or("");
-            let Ok((mounts, own_env)) = async {
+            let prepared = async {
                 let m = volumes(&context.client, &pod, init, &dir).await?;
                 let e = environment(&context.client, &pod, init, &ip.to_string()).await?;
                 Ok::<_, String>((m, e))
             }
-            .await
-            else {
-                let status = waiting(
-                    init,
-                    "CreateContainerConfigError",
-                    "init container's configuration",
-                );
-                patch_status(&context, &pod, status).await;
-                return;
+            .await;
+            let (mounts, own_env) = match prepared {
+                Ok(p) => p,
+                Err(e) => {
+                    let status = waiting(init, "CreateContainerConfigError", &e);
+                    patch_status(&context, &pod, status).await;
+                    return;
+                }
             };
             if runtime_for(&context, image).await != Some(Runtime::Container) {
                 let message = format!("failed to pull and unpack image \"{image}\": not found");
@@ -679,16 +678,11 @@ impl Launch<'_> {
             )
             .current_dir(self.dir)
             .stdin(std::process::Stdio::null())
-            .stderr(
-                log.try_clone()
-                    .map(std::process::Stdio::from)
-                    .unwrap_or_else(|_| std::process::Stdio::null()),
-            )
-            .stdout(log)
             // Its own process group stands for the container: what it starts (Terraform)
             // dies with it.
             .process_group(0)
             .kill_on_drop(true);
+        super::container::output_to(&mut cmd, log);
         cmd
     }
 }

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::Value;
 
+use super::container::{ConfigError, output_to};
+
 /// The podman program.
 const PODMAN: &str = "podman";
 
@@ -343,9 +345,6 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Why a container's `securityContext` cannot be run (`CreateContainerConfigError`).
-pub type ConfigError = String;
-
 /// What a container is run with.
 pub struct Run<'a> {
     /// The Pod, as the API server has it.
@@ -436,13 +435,8 @@ impl Run<'_> {
         cmd.args(&args)
             .envs(self.env.iter().cloned())
             .stdin(std::process::Stdio::null())
-            .stderr(
-                log.try_clone()
-                    .map(std::process::Stdio::from)
-                    .unwrap_or_else(|_| std::process::Stdio::null()),
-            )
-            .stdout(log)
             .kill_on_drop(true);
+        output_to(&mut cmd, log);
         Ok(cmd)
     }
 
