@@ -386,12 +386,16 @@ async fn watch_node(context: Arc<Context>, state: Arc<State>) {
             continue;
         }
         // Every Pod still unscheduled now, read from the API server (not remembered: a Pod
-        // seen while cordoned may be noted after this event).
+        // seen while cordoned may be noted after this event). The Node is read again after
+        // the list: this event may be older than a `cordon` made before a listed Pod existed.
         let pods: Api<Pod> = Api::all(context.client.clone());
         let unscheduled = kube::api::ListParams::default().fields("spec.nodeName=");
         let Ok(list) = pods.list(&unscheduled).await else {
             continue;
         };
+        if pod::cordoned(&context, &state).await {
+            continue;
+        }
         for p in list.items {
             let default = p
                 .spec

@@ -102,14 +102,7 @@ pub(super) async fn sync(context: &Arc<Context>, state: &Arc<State>, pod: Value,
         if scheduler != "default-scheduler" {
             return;
         }
-        // The Node as the API server has it now (a scheduler's cache could lag a `cordon` that
-        // a test made just before creating the Pod).
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(context.client.clone());
-        let cordoned = match nodes.get(&context.node).await {
-            Ok(n) => n.spec.and_then(|s| s.unschedulable).unwrap_or(false),
-            Err(_) => state.cordoned.load(std::sync::atomic::Ordering::SeqCst),
-        };
-        if cordoned {
+        if cordoned(context, state).await {
             // As the scheduler says when no node can take the Pod (once: writing it again
             // would wake this very loop); bound at `uncordon`.
             let said = pod["status"]["conditions"]
@@ -144,6 +137,17 @@ pub(super) async fn sync(context: &Arc<Context>, state: &Arc<State>, pod: Value,
     if first {
         let (context, state) = (context.clone(), state.clone());
         tokio::spawn(async move { start(context, state, pod).await });
+    }
+}
+
+/// Whether the Node is cordoned, as the API server has it now: a scheduler's cache could lag
+/// a `cordon` made just before a Pod was created, and a Pod listed after that `cordon` must
+/// not be bound on the strength of an older Node event.
+pub(super) async fn cordoned(context: &Context, state: &State) -> bool {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(context.client.clone());
+    match nodes.get(&context.node).await {
+        Ok(n) => n.spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        Err(_) => state.cordoned.load(std::sync::atomic::Ordering::SeqCst),
     }
 }
 
