@@ -33,6 +33,11 @@ pub enum PortError {
     /// A service could not be reached or did not become ready in time.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// TLS between the controller and a runner refused a certificate; the text says whose and
+    /// why ("the runner refused the controller's certificate: expired or not yet valid").
+    /// Not transient for this certificate: retrying with it is refused the same way.
+    #[error("{0}")]
+    TlsRefused(String),
     /// The Terraform state is locked by someone else.
     #[error("state locked by {holder} (lock id {lock_id})")]
     StateLocked {

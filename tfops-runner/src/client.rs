@@ -93,7 +93,7 @@ pub enum ClientError {
         source: tonic::transport::Error,
     },
     /// A call failed.
-    #[error("runner call {call} failed: {status}")]
+    #[error("runner call {call} failed: {}", status_text(status))]
     Call {
         /// The RPC.
         call: &'static str,
@@ -331,21 +331,33 @@ impl RunnerClient {
 }
 
 /// Whether `e` is a stream or connection that broke (the runner may still be running the
-/// command), not an answer of the runner.
+/// command), not an answer of the runner. A TLS refusal is no break: re-attaching with the
+/// same certificate is refused the same way.
 fn broken(e: &ClientError) -> bool {
     match e {
         ClientError::NoResult(_) => true,
-        ClientError::Call { status, .. } => matches!(
-            status.code(),
-            tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal
-        ),
+        ClientError::Call { status, .. } => {
+            matches!(
+                status.code(),
+                tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal
+            ) && crate::refusal::tls_refusal(status).is_none()
+        }
         ClientError::Connect { .. } => false,
     }
 }
 
-/// An error and every cause below it, joined by `: ` (a TLS refusal is only told by the
-/// innermost cause: "invalid peer certificate: UnknownIssuer").
-fn causes(e: &dyn std::error::Error) -> String {
+/// A call's status in words: who refused whose certificate when TLS refused it (the status
+/// itself says only "transport error"), else the status.
+fn status_text(status: &tonic::Status) -> String {
+    crate::refusal::tls_refusal(status).unwrap_or_else(|| status.to_string())
+}
+
+/// An error and every cause below it, joined by `: `, or the TLS refusal it is (which only the
+/// innermost cause tells: "invalid peer certificate: UnknownIssuer") put in words.
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(refusal) = crate::refusal::tls_refusal(e) {
+        return refusal;
+    }
     let mut parts = vec![e.to_string()];
     let mut cur = e.source();
     while let Some(s) = cur {
@@ -359,6 +371,11 @@ fn causes(e: &dyn std::error::Error) -> String {
 }
 
 fn port_error(e: ClientError) -> PortError {
+    if let ClientError::Call { status, .. } = &e
+        && let Some(refusal) = crate::refusal::tls_refusal(status)
+    {
+        return PortError::TlsRefused(refusal);
+    }
     match e {
         ClientError::Call { status, .. } if status.code() == tonic::Code::NotFound => {
             PortError::NotFound(status.message().to_string())

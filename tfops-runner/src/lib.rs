@@ -5,12 +5,15 @@
 //!   and the controller's client certificate (rcgen), and rotation.
 //! - [`exec`]: spawning Terraform with `tokio::process`, streaming its lines, cancellation.
 //! - [`workdir`]: the working directory: backend override, variables, file mappings, CLI config.
+//! - [`refusal`]: a TLS refusal between controller and runner, found in an error's causes and
+//!   put in words.
 //! - [`stores`]: what the runner writes for its object (plans, outputs), given by the
 //!   composition root.
 
 pub mod client;
 pub mod exec;
 pub mod process;
+pub mod refusal;
 pub mod server;
 pub mod stores;
 pub mod terraform;

@@ -19,11 +19,12 @@ use tfops_runner::proto;
 use tfops_runner::tls::{Pki, runner_server_name};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
+/// The runner's `Info`, or what the controller would say of the failure.
 async fn info(addr: SocketAddr, tls: &ClientTls) -> Result<(String, String), String> {
     let mut c = RunnerClient::connect(&format!("https://{addr}"), tls)
         .await
-        .map_err(|e| format!("{e:?}"))?;
-    c.info().await.map_err(|e| format!("{e:?}"))
+        .map_err(|e| e.to_string())?;
+    c.info().await.map_err(|e| e.to_string())
 }
 
 #[tokio::test]
@@ -53,11 +54,14 @@ async fn only_clients_with_a_certificate_of_the_ca_are_served() {
         "a client without a certificate was served"
     );
 
-    // A certificate from another CA.
+    // Each refusal says who refused whose certificate and why, not "transport error".
+    let refused = |why: &str| format!("the runner refused the controller's certificate: {why}");
+    // A certificate from another CA (of the same name: its signature does not verify).
     let other = pki_other_client(&good);
+    let said = info(runner.addr, &other).await.unwrap_err();
     assert!(
-        info(runner.addr, &other).await.is_err(),
-        "a certificate of another CA was accepted"
+        said.contains(&refused("its signature does not verify")),
+        "{said}"
     );
 
     // An expired certificate of the right CA.
@@ -68,9 +72,24 @@ async fn only_clients_with_a_certificate_of_the_ca_are_served() {
         key: expired.key,
         ..good.clone()
     };
+    let said = info(runner.addr, &expired).await.unwrap_err();
+    assert!(said.contains(&refused("expired")), "{said}");
+    assert!(!said.contains("transport error"), "{said}");
+
+    // A certificate of the right CA made for the other end (server authentication only).
+    let server = pki
+        .current()
+        .issue_server("team-a", SystemTime::now(), DAY)
+        .unwrap();
+    let wrong_usage = ClientTls {
+        cert: server.cert,
+        key: server.key,
+        ..good.clone()
+    };
+    let said = info(runner.addr, &wrong_usage).await.unwrap_err();
     assert!(
-        info(runner.addr, &expired).await.is_err(),
-        "an expired certificate was accepted"
+        said.contains(&refused("not usable for client authentication")),
+        "{said}"
     );
 
     // The controller refuses a runner whose certificate names another namespace.
@@ -78,7 +97,42 @@ async fn only_clients_with_a_certificate_of_the_ca_are_served() {
         server_name: runner_server_name("team-b"),
         ..good
     };
-    assert!(info(runner.addr, &wrong_name).await.is_err());
+    let said = info(runner.addr, &wrong_name).await.unwrap_err();
+    assert!(
+        said.contains("the controller refused the runner's certificate: issued for another name"),
+        "{said}"
+    );
+}
+
+#[tokio::test]
+async fn an_expired_controller_certificate_reaches_the_session_port_in_words() {
+    let pki = pki();
+    let runner = start_runner(server_tls(&pki, "team-a")).await;
+    let expired = pki
+        .current()
+        .issue_client(SystemTime::now() - 10 * DAY, DAY)
+        .unwrap();
+    let tls = ClientTls {
+        cert: expired.cert,
+        key: expired.key,
+        ..client_tls(&pki, "team-a")
+    };
+    let client = RunnerClient::connect(&format!("https://{}", runner.addr), &tls)
+        .await
+        .unwrap();
+    let mut s = tfops_runner::client::Session::start(client, "vpc-1")
+        .await
+        .unwrap();
+    // What the reconciler turns into the condition's message.
+    match s.init().await {
+        Err(e @ PortError::TlsRefused(_)) => assert!(
+            e.to_string().contains(
+                "the runner refused the controller's certificate: expired or not yet valid"
+            ),
+            "{e}"
+        ),
+        other => panic!("expected the refusal, got {other:?}"),
+    }
 }
 
 fn pki_other_client(good: &ClientTls) -> ClientTls {

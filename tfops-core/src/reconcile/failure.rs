@@ -14,6 +14,7 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
     let reason = match (error, step) {
         (PortError::StateLocked { .. }, _) => Reason::LockHeld,
         (PortError::AccessDenied(_), _) => Reason::AccessDenied,
+        (PortError::TlsRefused(_), _) => Reason::RunnerConnectionFailed,
         (PortError::QuotaExhausted(_), StepKind::StartRunner | StepKind::StartApplyRunner) => {
             Reason::RunnerQuotaExhausted
         }
@@ -181,6 +182,16 @@ mod tests {
             )
             .reason,
             Reason::RunnerQuotaExhausted
+        );
+        // A refused certificate is the runner connection's failure at whichever call it shows.
+        let refused = PortError::TlsRefused(
+            "the runner refused the controller's certificate: expired or not yet valid".into(),
+        );
+        let f = failure(StepKind::Setup, SubStep::Upload, &refused);
+        assert_eq!(f.reason, Reason::RunnerConnectionFailed);
+        assert!(
+            f.message
+                .contains("refused the controller's certificate: expired")
         );
         let locked = PortError::StateLocked {
             lock_id: "abc".into(),
