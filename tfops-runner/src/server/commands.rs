@@ -1,0 +1,229 @@
+//! Running one command of a run: Terraform's, and the store commands.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use super::context::{Context, Shown, lock};
+use super::results::{from_error, store_failure, stores_of, succeeded};
+use crate::proto::{self, run_request::Command, run_result::Payload};
+use crate::terraform::{Io, PlanKind, Terraform, TfError};
+use tfops_core::api::WriteOutputsToSecret;
+use tfops_core::ports::{OutputValue, ShownPlan, StoredPlan};
+
+/// Runs one command. `context.shown` keeps the last plan's `show -json` and `show`, so that
+/// showing or storing that plan does not run them a second time.
+pub(super) async fn execute(
+    tf: &Terraform,
+    command: Command,
+    io: &Io,
+    context: &Context,
+) -> proto::RunResult {
+    let outcome = match command {
+        Command::Init(_) => tf.init(io).await.map(|()| None),
+        Command::SelectWorkspace(w) => tf.select_workspace(&w.workspace, io).await.map(|()| None),
+        Command::Plan(p) => plan(tf, &p, io, &context.shown).await.map(Some),
+        Command::Show(_) => show(tf, io, &context.shown)
+            .await
+            .map(|(readable, json)| Some(Payload::Show(proto::ShowOutcome { readable, json }))),
+        Command::SavePlan(p) => save_plan(tf, p, io, context).await.map(|()| None),
+        Command::DeletePlan(p) => delete_plan(&p, context).await.map(|()| None),
+        Command::DeleteOutputs(d) => delete_outputs(&d, context).await.map(|()| None),
+        Command::DeleteState(d) => delete_state(&d, context).await.map(|()| None),
+        Command::WriteOutputs(w) => write_outputs(tf, &w, io, context).await.map(Some),
+        Command::Apply(_) => tf.apply(io).await.map(|()| None),
+        Command::Output(_) => outputs(tf, io).await.map(Some),
+        Command::Inventory(_) => inventory(tf, io).await.map(Some),
+        Command::Destroy(d) => tf
+            .destroy(&d.targets, d.parallelism, io)
+            .await
+            .map(|()| None),
+        Command::ForceUnlock(f) => tf.force_unlock(&f.lock_id, io).await.map(|()| None),
+    };
+    match outcome {
+        Ok(payload) => succeeded(payload),
+        Err(e) => from_error(e, context.pod.as_deref()),
+    }
+}
+
+/// Plans, and reads the saved plan back: a plan that cannot be read back is a failure, never
+/// an empty plan.
+async fn plan(
+    tf: &Terraform,
+    p: &proto::Plan,
+    io: &Io,
+    shown: &Mutex<Shown>,
+) -> Result<Payload, TfError> {
+    let kind = match proto::plan::Kind::try_from(p.kind).unwrap_or(proto::plan::Kind::Normal) {
+        proto::plan::Kind::Normal => PlanKind::Normal,
+        proto::plan::Kind::Destroy => PlanKind::Destroy,
+        proto::plan::Kind::RefreshOnly => PlanKind::RefreshOnly,
+    };
+    *lock(shown) = Shown::default();
+    let o = tf.plan(kind, &p.targets, p.parallelism, io).await?;
+    let plan_file = saved_plan(tf).await?;
+    if !o.json.is_empty() {
+        lock(shown).json = Some(o.json.clone());
+    }
+    Ok(Payload::Plan(proto::PlanOutcome {
+        has_changes: o.has_changes,
+        add: o.add,
+        change: o.change,
+        destroy: o.destroy,
+        drifted: o.drifted,
+        plan_file,
+    }))
+}
+
+/// The plan file the last plan saved.
+async fn saved_plan(tf: &Terraform) -> Result<Vec<u8>, TfError> {
+    let path = tf.dir.join(crate::terraform::PLAN_FILE);
+    tokio::fs::read(&path).await.map_err(|e| TfError::Failed {
+        code: 1,
+        diagnostic: format!("reading the saved plan {}: {e}", path.display()),
+    })
+}
+
+/// Stores the last plan, binary and shown, for approval.
+async fn save_plan(
+    tf: &Terraform,
+    p: proto::SavePlan,
+    io: &Io,
+    context: &Context,
+) -> Result<(), TfError> {
+    let (stores, object) = stores_of(context)?;
+    let binary = saved_plan(tf).await?;
+    let (readable, json) = show(tf, io, &context.shown).await?;
+    let plan = StoredPlan {
+        id: p.plan_id,
+        binary,
+        shown: ShownPlan { readable, json },
+        is_destroy: p.is_destroy,
+        is_drift: p.is_drift,
+    };
+    stores
+        .plans(object)
+        .save(&object.key, &p.workspace, &plan)
+        .await
+        .map_err(store_failure)
+}
+
+async fn delete_plan(p: &proto::DeletePlan, context: &Context) -> Result<(), TfError> {
+    let (stores, object) = stores_of(context)?;
+    stores
+        .plans(object)
+        .delete(&object.key, &p.workspace)
+        .await
+        .map_err(store_failure)
+}
+
+async fn delete_outputs(d: &proto::DeleteOutputs, context: &Context) -> Result<(), TfError> {
+    let (stores, object) = stores_of(context)?;
+    stores
+        .outputs(object)
+        .delete(&object.key, &d.name)
+        .await
+        .map_err(store_failure)
+}
+
+async fn delete_state(d: &proto::DeleteState, context: &Context) -> Result<(), TfError> {
+    let (stores, object) = stores_of(context)?;
+    stores
+        .state(object)
+        .delete_state(&object.key, &d.workspace, &d.suffix)
+        .await
+        .map_err(store_failure)
+}
+
+/// Writes the outputs Secret (and removes a renamed one's); only the values the controller
+/// asked for (`reveal`) leave the runner.
+async fn write_outputs(
+    tf: &Terraform,
+    w: &proto::WriteOutputs,
+    io: &Io,
+    context: &Context,
+) -> Result<Payload, TfError> {
+    let (stores, object) = stores_of(context)?;
+    let outputs: BTreeMap<String, OutputValue> = tf
+        .outputs(io)
+        .await?
+        .into_iter()
+        .map(|(k, (value, sensitive))| (k, OutputValue { value, sensitive }))
+        .collect();
+    let sink = stores.outputs(object);
+    if !w.target_json.is_empty() {
+        let target: WriteOutputsToSecret =
+            serde_json::from_str(&w.target_json).map_err(|e| TfError::Failed {
+                code: 1,
+                diagnostic: format!("writeOutputsToSecret: {e}"),
+            })?;
+        sink.write(&object.key, &target, &outputs)
+            .await
+            .map_err(store_failure)?;
+    }
+    if !w.remove.is_empty() {
+        sink.delete(&object.key, &w.remove)
+            .await
+            .map_err(store_failure)?;
+    }
+    Ok(Payload::Output(proto::OutputOutcome {
+        outputs: outputs
+            .into_iter()
+            .map(|(k, v)| {
+                let json = if w.reveal.contains(&k) {
+                    v.value.to_string()
+                } else {
+                    "null".to_string()
+                };
+                let sensitive = v.sensitive;
+                (k, proto::OutputValue { json, sensitive })
+            })
+            .collect(),
+    }))
+}
+
+async fn outputs(tf: &Terraform, io: &Io) -> Result<Payload, TfError> {
+    let outputs = tf.outputs(io).await?;
+    Ok(Payload::Output(proto::OutputOutcome {
+        outputs: outputs
+            .into_iter()
+            .map(|(k, (v, sensitive))| {
+                let json = v.to_string();
+                (k, proto::OutputValue { json, sensitive })
+            })
+            .collect(),
+    }))
+}
+
+async fn inventory(tf: &Terraform, io: &Io) -> Result<Payload, TfError> {
+    let resources = tf
+        .inventory(io)
+        .await?
+        .into_iter()
+        .map(|(address, r#type, id)| proto::Resource {
+            address,
+            r#type,
+            id,
+        })
+        .collect();
+    Ok(Payload::Inventory(proto::InventoryOutcome { resources }))
+}
+
+/// The last plan's `show` text and `show -json`, each run once per plan.
+async fn show(tf: &Terraform, io: &Io, shown: &Mutex<Shown>) -> Result<(String, String), TfError> {
+    let cached = {
+        let s = lock(shown);
+        (s.readable.clone(), s.json.clone())
+    };
+    let json = match cached.1 {
+        Some(json) => json,
+        None => tf.show_json(io).await?,
+    };
+    let readable = match cached.0 {
+        Some(text) => text,
+        None => tf.show_text(io).await?,
+    };
+    let mut s = lock(shown);
+    s.json = Some(json.clone());
+    s.readable = Some(readable.clone());
+    Ok((readable, json))
+}

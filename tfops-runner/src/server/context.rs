@@ -1,0 +1,27 @@
+//! What a command runs with besides Terraform.
+
+use std::sync::{Arc, Mutex};
+
+use crate::stores::{ObjectRef, Stores};
+
+/// The last plan's rendered forms (see [`super::commands::execute`]).
+#[derive(Default)]
+pub(super) struct Shown {
+    pub(super) json: Option<String>,
+    pub(super) readable: Option<String>,
+}
+
+/// What a command needs besides Terraform.
+pub(super) struct Context {
+    pub(super) shown: Arc<Mutex<Shown>>,
+    /// The stores and the object they write for, when the runner has stores.
+    pub(super) stores: Option<(Arc<dyn Stores>, ObjectRef)>,
+    /// [`super::RunnerConfig::pod_name`].
+    pub(super) pod: Option<String>,
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic in another request cannot leave these maps half-updated in a way that matters;
+    // keep serving.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
