@@ -232,7 +232,7 @@ pub fn entry(
                 });
             }
             Ok(Outcome::DriftChecked { drifted }) => entry.drifted.clone_from(drifted),
-            Ok(Outcome::Applied) => entry.applied = true,
+            Ok(Outcome::Applied | Outcome::Attached { .. }) => entry.applied = true,
             _ => {}
         }
         entry.steps.push(if r.result.is_ok() {

@@ -42,11 +42,13 @@ mod context;
 mod differential;
 mod evaluate;
 mod fast;
+mod findings;
 mod load;
 mod prefilter;
 mod types;
 
 pub use evaluate::{Outcome, RuleResult, Verdict, evaluate, selects};
+pub use findings::{Findings, FindingsError, denials, findings};
 pub use load::{CompiledPolicy, PolicyError, compile};
 pub use types::{
     Action, NamedExpression, PolicyMeta, Rule, Scope, TerraformPolicy, TerraformPolicySpec,

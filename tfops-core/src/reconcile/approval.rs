@@ -1,48 +1,25 @@
 //! Approval: a plan is applied only when `approvePlan: auto`, `spec.force`, or a human
-//! approved exactly this plan after seeing it pending (see [`crate::api::annotations`]).
+//! approved exactly this plan after seeing it pending (see [`crate::api::annotations`];
+//! [`super::plan::record_pending`] records what a human has seen).
+//!
+//! > Without approval the run stops here; Argo CD shows Suspended. With approvePlan: auto,
+//! > spec.force, or a matching plan ID the controller re-plans once more (to make sure the
+//! > approved plan is still current) and applies.
 
-use super::flow::{End, Flow, Run, Stop};
-use super::run::Planned;
+use super::plan::Planned;
+use super::run::{End, Run, Stop};
 use crate::api::{ApprovePlan, ValidSpec, annotations};
 use crate::conditions::{ConditionStatus, ConditionType, Reason};
 
-/// Records the plan as pending. A plan that is new or would do something else than the one
-/// pending before is a new pending plan: the approvals present now were given before it
-/// existed, so their values are recorded as seen and never approve it.
-pub(super) fn record_pending(run: &mut Run<'_>, plan_id: &str, digest: &str, drift: bool) {
-    let start = run.start();
-    let object = &run.s.object;
-    let spec_value = object.spec.approve_plan.as_str();
-    let annotation_value = object.annotation(annotations::APPROVE).unwrap_or_default();
-    if start.plan.pending != plan_id || start.plan.pending_digest != digest {
-        run.st.plan.pending_generation = run.generation();
-        run.st.plan.pending_digest = digest.to_string();
-        run.st.plan.seen_approve_plan = spec_value.to_string();
-        run.st.plan.seen_approval = annotation_value.to_string();
-    } else {
-        // The same plan is still pending. A value seen now that does not name it (cleared, or
-        // another id) is recorded, so that changing it to this plan's id later approves.
-        if spec_value.trim() != plan_id {
-            run.st.plan.seen_approve_plan = spec_value.to_string();
-        }
-        if annotations::approved_plan_id(annotation_value) != plan_id {
-            run.st.plan.seen_approval = annotation_value.to_string();
-        }
-    }
-    run.st.plan.pending = plan_id.to_string();
-    run.st.plan.is_destroy_plan = object.spec.destroy;
-    run.st.plan.is_drift_detection_plan = drift;
-}
-
 /// Goes on only when the plan may be applied; otherwise ends the run waiting for a human.
-pub(super) fn approve(
+pub(super) fn approval(
     run: &mut Run<'_>,
     valid: &ValidSpec,
     plan_id: &str,
     planned: &Planned<'_>,
-) -> Flow<()> {
-    let (status, message) = match approval(run, valid, plan_id, planned.digest) {
-        Approval::Approved => return Flow::Go(()),
+) -> Result<(), Stop> {
+    let (status, message) = match judge(run, valid, plan_id, planned.digest) {
+        Approval::Approved => return Ok(()),
         // Planning is all that was asked: done, not waiting.
         Approval::PlanOnly => (
             ConditionStatus::True,
@@ -56,7 +33,7 @@ pub(super) fn approve(
         Reason::TerraformPlannedWithChanges,
         message,
     );
-    Flow::Stop(Stop::End(End::Success))
+    Err(Stop::End(End::Success))
 }
 
 enum Approval {
@@ -70,8 +47,9 @@ enum Approval {
 /// plan with this id and content was pending before this run, and `spec.approvePlan` or the
 /// approve annotation was changed to its id since it became pending (see
 /// [`crate::api::annotations`]). An approved plan whose re-made content differs is not applied:
-/// it becomes the new pending plan ([`record_pending`] has recorded the approvals as seen).
-fn approval(run: &Run<'_>, valid: &ValidSpec, plan_id: &str, digest: &str) -> Approval {
+/// it becomes the new pending plan ([`super::plan::record_pending`] has recorded the approvals
+/// as seen).
+fn judge(run: &Run<'_>, valid: &ValidSpec, plan_id: &str, digest: &str) -> Approval {
     let object = &run.s.object;
     let spec = &object.spec;
     if spec.plan_only {

@@ -7,58 +7,116 @@
 //! emit events for changed conditions, perform the step through the [`crate::ports`], record the
 //! outcome, until the decision is [`Step::Done`].
 //!
-//! A run follows seed 000: trigger (new generation, the `infra.argocd.io/reconcile` or
-//! `infra.argocd.io/replan` annotation, a due retry, the interval), dependencies, source,
-//! runner, setup, drift detection when nothing changed, plan, approval, apply, outputs and
-//! inventory, health checks, cleanup. A failed step ends the run with `Ready=False` and the
-//! step's reason, counts a failure, and schedules a retry with exponential backoff from
-//! `retryInterval` (capped at `interval`) until `remediation.retries` is exhausted
-//! (`RetryLimitReached`, `Stalled`). Deletion goes through the finalizer; see the
-//! `deletion` module's documentation for its guarantees.
+//! A run is a sequence of steps, one module each, read top to bottom in [`decide`]: trigger,
+//! restart, dependencies, source, runner, setup, drift, plan, approval, apply, outputs,
+//! cleanup; deletion behind the finalizer. Each step's function gives
+//! what the step produced, or stops the run: at the next step to perform, or at its end. A
+//! failed step ends the run with `Ready=False` and the step's reason, counts a failure, and
+//! schedules a retry with exponential backoff from `retryInterval` (capped at `interval`) until
+//! `remediation.retries` is exhausted (`RetryLimitReached`, `Stalled`).
 
 mod apply;
-mod apply_runner;
 mod approval;
+mod cleanup;
 mod deletion;
+mod dependencies;
+mod drift;
 mod driver;
 mod failure;
-mod flow;
 mod model;
+mod outputs;
+mod perform;
+mod plan;
+mod restart;
 mod run;
-mod steps;
+mod runner;
+mod setup;
+mod source;
 mod timing;
+mod trigger;
 
 pub use driver::{Driver, DriverError, RunReport};
 pub use failure::{MAX_MESSAGE, SubStep, failure, trim_message};
 pub use model::{
-    Decision, DependencyState, DependencyView, Outcome, Progress, Record, Snapshot, Step,
-    StepFailure, StepKind,
+    Decision, DependencyState, DependencyView, Outcome, OutputsStep, PlanStep, Progress, Record,
+    Snapshot, Step, StepFailure, StepKind, Writer,
 };
 pub use timing::{Trigger, backoff, due, retries_exhausted};
 
-use crate::api::FINALIZER;
+use std::time::Duration;
+
+use crate::api::{FINALIZER, ValidSpec, validate};
+use crate::conditions::{ConditionStatus, ConditionType};
+use run::{Run, Stop};
 
 /// Decides the next step of a reconcile. Pure and total: no clock, no IO, no panics.
-pub fn decide(snapshot: &Snapshot) -> Decision {
-    let object = &snapshot.object;
-    if object.metadata.deletion_timestamp.is_some() {
-        return deletion::decide(snapshot);
+pub fn decide(s: &Snapshot) -> Decision {
+    if s.object.metadata.deletion_timestamp.is_some() {
+        return deletion::deletion(s);
     }
-    let has_finalizer = object.metadata.finalizers.iter().any(|f| f == FINALIZER)
-        || snapshot.progress.succeeded(StepKind::AddFinalizer);
-    if !has_finalizer {
-        let step = if snapshot.progress.attempted(StepKind::AddFinalizer) {
-            // The API refused the update; try again soon without touching status.
-            Step::Done {
-                requeue_after: Some(std::time::Duration::from_secs(5)),
+    if let Some(decision) = add_finalizer(s) {
+        return decision;
+    }
+    let valid = match validate(&s.object) {
+        Ok(valid) => valid,
+        Err(e) => {
+            return cleanup::stalled(Run::new(s, Duration::ZERO, Duration::ZERO), e.to_string());
+        }
+    };
+    let mut run = Run::new(s, valid.retry_interval, valid.interval);
+    let result = steps(&mut run, &valid);
+    cleanup::cleanup(run, result)
+}
+
+/// The steps of a run, in order; `Ok` when all of them went through.
+fn steps(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> {
+    trigger::trigger(run, valid)?;
+    let done = match restart::restart(run)? {
+        Some(recorded) => apply::resumed(run, recorded)?,
+        None => {
+            dependencies::dependencies(run, None)?;
+            let revision = source::source(run)?;
+            runner::runner(run)?;
+            let inputs = setup::setup(run)?;
+            let drift = drift::drift(run, valid, &revision, inputs)?;
+            let plan_id = crate::naming::plan_id(&revision.reference, revision.sha());
+            match plan::plan(run, &revision, &plan_id, drift)? {
+                None => plan::no_changes(run, &revision, Some(inputs))?,
+                Some(planned) => {
+                    approval::approval(run, valid, &plan_id, &planned)?;
+                    apply::apply(run, &revision, inputs, &plan_id, planned, drift)?
+                }
             }
-        } else {
-            Step::AddFinalizer
-        };
-        return Decision {
-            step,
-            status: object.status.clone(),
-        };
+        }
+    };
+    outputs::outputs(run, valid)?;
+    run.set(
+        ConditionType::Ready,
+        ConditionStatus::True,
+        done.reason,
+        done.message,
+    );
+    Ok(())
+}
+
+/// Adds tfops' finalizer first: deletion must go through it. `None` once it is there.
+fn add_finalizer(s: &Snapshot) -> Option<Decision> {
+    let object = &s.object;
+    let has_finalizer = object.metadata.finalizers.iter().any(|f| f == FINALIZER)
+        || s.progress.succeeded(StepKind::AddFinalizer);
+    if has_finalizer {
+        return None;
     }
-    run::decide(snapshot)
+    let step = if s.progress.attempted(StepKind::AddFinalizer) {
+        // The API refused the update; try again soon without touching status.
+        Step::Done {
+            requeue_after: Some(Duration::from_secs(5)),
+        }
+    } else {
+        Step::AddFinalizer
+    };
+    Some(Decision {
+        step,
+        status: object.status.clone(),
+    })
 }

@@ -92,15 +92,8 @@ pub enum Step {
     },
     /// A refresh-only plan to detect drift.
     DetectDrift,
-    /// Plan (and show, and store the plan under `plan_id` when it has changes).
-    Plan {
-        /// Normal or destroy.
-        kind: PlanKind,
-        /// The id the plan is stored and approved under.
-        plan_id: String,
-        /// Made to correct drift.
-        drift: bool,
-    },
+    /// Plan (and show, and store the plan under its id when it has changes).
+    Plan(PlanStep),
     /// With `spec.runner.apply`, for a plan that may be applied: end the plan runner's
     /// session and start the apply runner (the only step that starts it).
     StartApplyRunner,
@@ -108,14 +101,7 @@ pub enum Step {
     ApplySetup,
     /// Plan again in the apply runner (and store that plan when it has changes): it is applied
     /// only when it does what the plan that was approved (or accepted) does.
-    VerifyPlan {
-        /// Normal or destroy.
-        kind: PlanKind,
-        /// The plan's id.
-        plan_id: String,
-        /// Made to correct drift.
-        drift: bool,
-    },
+    VerifyPlan(PlanStep),
     /// Apply the plan just made, as this run id of the runner.
     Apply {
         /// The run id ([`crate::api::ActiveRun::run_id`]).
@@ -129,15 +115,32 @@ pub enum Step {
         run_id: String,
     },
     /// Read outputs and inventory; write the outputs Secret if asked.
-    Outputs,
-    /// Run the health checks.
-    HealthChecks,
+    Outputs(OutputsStep),
+    /// Run the health checks (`spec.healthChecks`, targets rendered from the outputs).
+    HealthChecks {
+        /// Each check's timeout, in order.
+        timeouts: Vec<Duration>,
+    },
     /// End the runner session (delete the Pod unless it is kept).
     Cleanup,
-    /// Delete the stored plan and the outputs Secret.
-    DeletePlansAndOutputs,
+    /// Delete the stored plans and the outputs Secrets.
+    DeletePlansAndOutputs {
+        /// Who removes them.
+        writer: Writer,
+        /// The workspaces plans may be stored under.
+        workspaces: Vec<String>,
+        /// The outputs Secrets' names.
+        secrets: Vec<String>,
+    },
     /// Delete the state (only with `tfstate.deleteOnDestroy`, after a successful destroy).
-    DeleteState,
+    DeleteState {
+        /// Who removes it.
+        writer: Writer,
+        /// The workspace.
+        workspace: String,
+        /// The state Secret's suffix ([`crate::naming::state_secret_suffix`]).
+        suffix: String,
+    },
     /// Remove tfops' finalizer: the object may go.
     RemoveFinalizer,
     /// Nothing more now; come back after this long (`None`: only on a change).
@@ -145,6 +148,48 @@ pub enum Step {
         /// When to reconcile again without an event.
         requeue_after: Option<Duration>,
     },
+}
+
+/// Who writes what a run stores for its object (plans, outputs) and removes it (and the
+/// state): the runner, with its own identity, when its session says it does
+/// ([`crate::ports::RunnerSession::writes_for_object`]), else the driver through its ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// The runner session of the run.
+    Runner,
+    /// The driver's ports.
+    Driver,
+}
+
+/// A plan to make ([`Step::Plan`], [`Step::VerifyPlan`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanStep {
+    /// Normal or destroy.
+    pub kind: PlanKind,
+    /// The id the plan is stored and approved under.
+    pub plan_id: String,
+    /// Made to correct drift.
+    pub drift: bool,
+    /// Who stores the plan (and removes what is stored when it changes nothing).
+    pub writer: Writer,
+    /// A workspace an earlier plan was stored under (the spec's changed since): that plan is
+    /// removed, not left behind.
+    pub replaces: Option<String>,
+}
+
+/// Reading outputs and inventory ([`Step::Outputs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputsStep {
+    /// Who writes the outputs Secret.
+    pub writer: Writer,
+    /// The outputs Secret to write (`spec.writeOutputsToSecret`).
+    pub secret: Option<crate::api::WriteOutputsToSecret>,
+    /// An outputs Secret written before under another name (renamed or no longer asked
+    /// for): removed.
+    pub remove: Option<String>,
+    /// The outputs whose values the driver needs back from a runner that writes (those the
+    /// health checks read); a runner keeps the others.
+    pub reveal: Vec<String>,
 }
 
 impl Step {
@@ -158,17 +203,17 @@ impl Step {
             Step::Setup => StepKind::Setup,
             Step::ForceUnlock { .. } => StepKind::ForceUnlock,
             Step::DetectDrift => StepKind::DetectDrift,
-            Step::Plan { .. } => StepKind::Plan,
+            Step::Plan(_) => StepKind::Plan,
             Step::StartApplyRunner => StepKind::StartApplyRunner,
             Step::ApplySetup => StepKind::ApplySetup,
-            Step::VerifyPlan { .. } => StepKind::VerifyPlan,
+            Step::VerifyPlan(_) => StepKind::VerifyPlan,
             Step::Apply { .. } => StepKind::Apply,
             Step::Attach { .. } => StepKind::Attach,
-            Step::Outputs => StepKind::Outputs,
-            Step::HealthChecks => StepKind::HealthChecks,
+            Step::Outputs(_) => StepKind::Outputs,
+            Step::HealthChecks { .. } => StepKind::HealthChecks,
             Step::Cleanup => StepKind::Cleanup,
-            Step::DeletePlansAndOutputs => StepKind::DeletePlansAndOutputs,
-            Step::DeleteState => StepKind::DeleteState,
+            Step::DeletePlansAndOutputs { .. } => StepKind::DeletePlansAndOutputs,
+            Step::DeleteState { .. } => StepKind::DeleteState,
             Step::RemoveFinalizer => StepKind::RemoveFinalizer,
             Step::Done { .. } => StepKind::Done,
         }
@@ -241,6 +286,8 @@ pub enum Outcome {
         inputs_digest: String,
         /// Binary and version that ran `init`.
         binary: String,
+        /// The runner writes for the object itself ([`Writer::Runner`]).
+        writes: bool,
     },
     /// The lock was released.
     Unlocked,
@@ -261,8 +308,13 @@ pub enum Outcome {
         /// What the policies found (plans with changes only).
         violations: Vec<crate::api::PolicyViolation>,
     },
-    /// The plan was applied (by this run, or by the recorded run attached to).
+    /// The plan was applied by this run.
     Applied,
+    /// The recorded run attached to succeeded: its plan was applied.
+    Attached {
+        /// The attached runner writes for the object itself ([`Writer::Runner`]).
+        writes: bool,
+    },
     /// The recorded run cannot be found: its runner is gone, so its result is unknown.
     RunGone {
         /// What was found instead.

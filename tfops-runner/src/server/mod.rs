@@ -1,5 +1,5 @@
 //! The gRPC runner service. The edge validates requests once and maps errors to
-//! `tonic::Status` only there ([`rpc`]).
+//! `tonic::Status` only there (`rpc`).
 //!
 //! - `config`: how a runner runs and which binary it runs.
 //! - `context`: what a command runs with besides Terraform.

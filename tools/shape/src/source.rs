@@ -45,6 +45,26 @@ pub fn read_crate(root: &Path, src_dir: &str) -> anyhow::Result<Vec<SourceFile>>
             ast,
         });
     }
+    // A file whose `mod` declaration is `#[cfg(test)]` is test code, as an inline test
+    // module is.
+    let tests: Vec<(String, Vec<String>)> = files
+        .iter()
+        .flat_map(|f| {
+            f.ast.items.iter().filter_map(move |i| match i {
+                syn::Item::Mod(m) if m.content.is_none() && is_test(&m.attrs) => {
+                    let mut path = f.module.clone();
+                    path.push(m.ident.to_string());
+                    Some((f.krate.clone(), path))
+                }
+                _ => None,
+            })
+        })
+        .collect();
+    files.retain(|f| {
+        !tests
+            .iter()
+            .any(|(k, t)| *k == f.krate && f.module.starts_with(t))
+    });
     Ok(files)
 }
 

@@ -1,17 +1,17 @@
-//! The apply identity (`spec.runner.apply`, issue 18): a plan that may be applied is handed to
-//! a second runner holding the apply credentials, which plans again and applies only when that
-//! plan does what the plan that was approved (or accepted by `auto` or `force`, after the plan
-//! policies passed) does. Runs that do not apply (drift checks, plans awaiting approval,
+//! The apply identity (`spec.runner.apply`, docs/apply-identity.md): a plan that may be
+//! applied is handed to a second runner holding the apply credentials, which plans again and
+//! applies only when that plan does what the plan that was approved (or accepted by `auto` or
+//! `force`, after the plan policies passed) does. Runs that do not apply (drift checks, plans awaiting approval,
 //! `planOnly`, denied plans) never start it: [`hand_over`] is only reached after approval.
 
-use super::flow::{Flow, Run, unexpected};
-use super::model::{Outcome, Step, StepKind};
-use super::run::{Planned, denied};
 use crate::conditions::ConditionType;
 use crate::ports::{PlanKind, PlanSummary};
+use crate::reconcile::model::{Outcome, Step, StepKind};
+use crate::reconcile::plan::{Planned, denied, plan_step};
+use crate::reconcile::run::{Run, Stop, unexpected};
 
 /// What the apply runner found when it planned again.
-pub(super) enum Verified<'a> {
+pub(in crate::reconcile) enum Verified<'a> {
     /// The same changes: apply them (made from these inputs, by the apply runner).
     Same {
         /// The plan to apply (the apply runner's, with the approved content).
@@ -36,40 +36,27 @@ pub(super) enum Verified<'a> {
 /// `spec.runner.apply` that is the plan runner itself: `planned` comes back unchanged. With
 /// it, the plan runner's session ends, the apply runner starts, is set up and plans again;
 /// its plan comes back with what it says. A failure of any of this is the `Apply` phase's.
-pub(super) fn hand_over<'a>(
+pub(in crate::reconcile) fn hand_over<'a>(
     run: &mut Run<'a>,
     kind: PlanKind,
     plan_id: &str,
     planned: Planned<'a>,
     inputs: &'a str,
     drift: bool,
-) -> Flow<Verified<'a>> {
+) -> Result<Verified<'a>, Stop> {
     if !run.s.object.spec.runner.splits_apply() {
-        return Flow::Go(Verified::Same { planned, inputs });
+        return Ok(Verified::Same { planned, inputs });
     }
-    match run.need_phase(Step::StartApplyRunner, ConditionType::Apply) {
-        Flow::Go((Outcome::RunnerStarted { binary, .. }, _)) => {
-            if !binary.is_empty() {
-                run.st.binary = Some(binary.clone());
-            }
-        }
-        Flow::Go(_) => return unexpected(StepKind::StartApplyRunner),
-        Flow::Stop(s) => return Flow::Stop(s),
+    match run.need_phase(Step::StartApplyRunner, ConditionType::Apply)? {
+        (Outcome::RunnerStarted { binary, .. }, _) => run.binary_reported(binary),
+        _ => return Err(unexpected(StepKind::StartApplyRunner)),
     }
-    let inputs = match run.need_phase(Step::ApplySetup, ConditionType::Apply) {
-        Flow::Go((Outcome::SetUp { inputs_digest, .. }, _)) => inputs_digest.as_str(),
-        Flow::Go(_) => return unexpected(StepKind::ApplySetup),
-        Flow::Stop(s) => return Flow::Stop(s),
+    let inputs = match run.need_phase(Step::ApplySetup, ConditionType::Apply)? {
+        (Outcome::SetUp { inputs_digest, .. }, _) => inputs_digest.as_str(),
+        _ => return Err(unexpected(StepKind::ApplySetup)),
     };
-    let step = Step::VerifyPlan {
-        kind,
-        plan_id: plan_id.to_string(),
-        drift,
-    };
-    let outcome = match run.need_phase(step, ConditionType::Apply) {
-        Flow::Go((o, _)) => o,
-        Flow::Stop(s) => return Flow::Stop(s),
-    };
+    let step = Step::VerifyPlan(plan_step(run, kind, plan_id, drift));
+    let (outcome, _) = run.need_phase(step, ConditionType::Apply)?;
     run.lock_released();
     let Outcome::Planned {
         has_changes,
@@ -78,20 +65,20 @@ pub(super) fn hand_over<'a>(
         violations,
     } = outcome
     else {
-        return unexpected(StepKind::VerifyPlan);
+        return Err(unexpected(StepKind::VerifyPlan));
     };
     if !has_changes {
-        return Flow::Go(Verified::Nothing);
+        return Ok(Verified::Nothing);
     }
     // The policies see the apply runner's plan too: what it applies is what they passed.
     if let Some(failure) = denied(violations, |list| {
         format!("plan {plan_id}, as the apply runner made it again, is denied by policy: {list}")
     }) {
-        return run.fail(ConditionType::Plan, failure);
+        return Err(run.fail(ConditionType::Plan, failure));
     }
     if digest == planned.digest {
         let label = format!("{} (re-planned by the apply runner)", planned.label);
-        return Flow::Go(Verified::Same {
+        return Ok(Verified::Same {
             planned: Planned {
                 summary: *summary,
                 digest,
@@ -101,36 +88,15 @@ pub(super) fn hand_over<'a>(
             inputs,
         });
     }
-    Flow::Go(Verified::Changed {
+    Ok(Verified::Changed {
         summary: *summary,
         digest,
         violations,
     })
 }
 
-/// Who the session that ran the latest `step` (`StartRunner` or `StartApplyRunner`) acts as.
-pub(super) fn identity_of(run: &Run<'_>, step: StepKind) -> Option<String> {
-    run.s
-        .progress
-        .records
-        .iter()
-        .rev()
-        .filter(|r| r.step == step)
-        .find_map(|r| match &r.result {
-            Ok(Outcome::RunnerStarted { identity, .. }) => Some(identity.clone()),
-            _ => None,
-        })
-        .filter(|i| !i.is_empty())
-}
-
-/// Who the session open now acts as: the apply runner's once it started, else the plan
-/// runner's.
-pub(super) fn current_identity(run: &Run<'_>) -> Option<String> {
-    identity_of(run, StepKind::StartApplyRunner).or_else(|| identity_of(run, StepKind::StartRunner))
-}
-
 /// The message of an apply that did not happen because the apply runner's plan changed.
-pub(super) fn changed_message(
+pub(in crate::reconcile) fn changed_message(
     plan_id: &str,
     summary: PlanSummary,
     identity: Option<&str>,

@@ -1,0 +1,196 @@
+//! Cleanup: the end of a run. The result is recorded (success, a failure counted with its
+//! retry, waiting, stalled), the runner session ends, and the object is requeued: after
+//! `spec.interval` on success, after the backoff from `retryInterval` on failure.
+//!
+//! > Cleanup. The working directory is removed, the runner Pod is deleted
+//! > (spec.runner.alwaysCleanup, default) and the object is requeued after spec.interval.
+
+use std::time::Duration;
+
+use super::model::{Decision, Step, StepFailure, StepKind};
+use super::run::{End, Run, Stop};
+use super::timing::{backoff, retries_exhausted};
+use crate::api::{ForceUnlock, LockStatus, annotations};
+use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
+
+/// The decision at the end of a run's steps: the next step when one `Stop`ped it there,
+/// else the end of the run ([`End::Success`] when every step went through).
+pub(super) fn cleanup(run: Run<'_>, result: Result<(), Stop>) -> Decision {
+    match result {
+        Ok(()) => end(run, End::Success),
+        Err(Stop::Next(step)) => run.next(*step),
+        Err(Stop::End(ended)) => end(run, ended),
+    }
+}
+
+/// Ends the run as stalled by an invalid spec: nothing happens until the spec changes.
+pub(super) fn stalled(mut run: Run<'_>, message: String) -> Decision {
+    run.set_stalled(Reason::InvalidSpec, message);
+    end(run, End::Stalled)
+}
+
+/// Records the result, cleans the runner up, and says when to come back.
+fn end(mut run: Run<'_>, ended: End) -> Decision {
+    let requeue = match ended {
+        End::Success => {
+            run.st.reconciliation_failures = 0;
+            if is_stalled_by(&run, Reason::RetryLimitReached)
+                || is_stalled_by(&run, Reason::InvalidSpec)
+            {
+                run.remove(ConditionType::Stalled);
+            }
+            Some(run.interval)
+        }
+        End::Failed(failure) => {
+            if let Some(decision) = auto_unlock(&mut run, &failure) {
+                return decision;
+            }
+            record_failure(&mut run, failure)
+        }
+        End::Waiting => return waiting(run),
+        End::Stalled => None,
+    };
+    run.st.observed_generation = run.generation();
+    run.st.last_run_at = Some(ended_at(&run));
+    run.remove(ConditionType::Reconciling);
+    let runner_up = run.s.progress.succeeded(StepKind::StartRunner);
+    if runner_up && !run.s.progress.attempted(StepKind::Cleanup) {
+        return run.next(Step::Cleanup);
+    }
+    run.next(Step::Done {
+        requeue_after: requeue,
+    })
+}
+
+/// Nothing was attempted: the start's bookkeeping is kept so the trigger stays due, with the
+/// `Ready` condition saying what the run waits for.
+fn waiting(run: Run<'_>) -> Decision {
+    let ready = conditions::find(&run.st.conditions, ConditionType::Ready).cloned();
+    let mut st = run.start().clone();
+    st.conditions
+        .retain(|c| c.type_ != ConditionType::Ready.as_str());
+    st.conditions.extend(ready);
+    // A recorded run taken up and found lost is over: keep what that says (no record, the
+    // `Apply` condition), and nothing is in progress any more.
+    if run.s.progress.attempted(StepKind::Attach) {
+        st.active_run = run.st.active_run.clone();
+        let apply = conditions::find(&run.st.conditions, ConditionType::Apply).cloned();
+        st.conditions.retain(|c| {
+            c.type_ != ConditionType::Apply.as_str()
+                && c.type_ != ConditionType::Reconciling.as_str()
+        });
+        st.conditions.extend(apply);
+    }
+    Decision {
+        step: Step::Done {
+            requeue_after: Some(run.retry_interval),
+        },
+        status: st,
+    }
+}
+
+/// When the run's work ended: the end of its last step before cleanup (or its start), so the
+/// status decided before cleanup and after it are the same, and written once.
+fn ended_at(run: &Run<'_>) -> jiff::Timestamp {
+    run.s
+        .progress
+        .records
+        .iter()
+        .rev()
+        .find(|r| r.step != StepKind::Cleanup)
+        .map_or(run.s.started_at, |r| r.at)
+}
+
+fn is_stalled_by(run: &Run<'_>, reason: Reason) -> bool {
+    conditions::find(&run.st.conditions, ConditionType::Stalled)
+        .is_some_and(|c| c.reason == reason.as_str())
+}
+
+/// With `forceUnlock: auto`, a lock that stops a step is released once per run and the step
+/// runs again, unless this object's own runner holds it (Terraform's lock says
+/// `Who: <user>@<host>`, and a runner's host is [`crate::naming::runner_host`]): that run may
+/// still be live (a driver that restarted, a Pod being replaced), and breaking its lock would
+/// let two applies write one state.
+///
+/// Such a lock is released, whatever `forceUnlock` says, only when the runner that found it
+/// proved its holder gone (`lock_holder_gone`: the lock names that runner's own Pod as host,
+/// and a runner runs one command at a time, so the process that took it ended with an earlier
+/// command or an earlier Pod of that name); the `StateLocked` condition (and so an event) says
+/// so. Otherwise a human releases it.
+fn auto_unlock(run: &mut Run<'_>, failure: &StepFailure) -> Option<Decision> {
+    let (lock_id, holder) = failure.lock.as_ref()?;
+    let meta = &run.s.object.metadata;
+    let can = run.s.progress.succeeded(StepKind::Setup)
+        && !run.s.progress.attempted(StepKind::ForceUnlock);
+    if crate::naming::held_by_own_runner(&meta.namespace, &meta.name, holder) {
+        if !(failure.lock_holder_gone && can) {
+            return None;
+        }
+        let message = format!(
+            "the state lock {lock_id} is held by {holder}, this object's runner, which is gone \
+             (nothing runs on that host any more): released, and the run goes on"
+        );
+        run.set(
+            ConditionType::StateLocked,
+            ConditionStatus::True,
+            Reason::LockHolderGone,
+            message,
+        );
+        return Some(Decision {
+            step: Step::ForceUnlock {
+                lock_id: lock_id.clone(),
+            },
+            status: run.st.clone(),
+        });
+    }
+    let auto = run.s.object.spec.tfstate.force_unlock == ForceUnlock::Auto;
+    (auto && can).then(|| Decision {
+        step: Step::ForceUnlock {
+            lock_id: lock_id.clone(),
+        },
+        status: run.st.clone(),
+    })
+}
+
+/// Counts the failure and says when to retry: after the backoff, or never once
+/// `spec.remediation.retries` is exhausted (`Stalled`, `RetryLimitReached`).
+fn record_failure(run: &mut Run<'_>, failure: StepFailure) -> Option<Duration> {
+    let failures = run.start().reconciliation_failures.saturating_add(1);
+    run.st.reconciliation_failures = failures;
+    if let Some((lock_id, holder)) = &failure.lock {
+        run.st.lock = LockStatus {
+            pending: lock_id.clone(),
+            holder: holder.clone(),
+        };
+        run.set(
+            ConditionType::StateLocked,
+            ConditionStatus::True,
+            Reason::LockHeld,
+            format!("state is locked by {holder} (lock id {lock_id}); release it with the force-unlock action if that holder is gone"),
+        );
+    }
+    if retries_exhausted(&run.s.object, failures) {
+        let message = format!(
+            "gave up after {failures} failed runs (spec.remediation.retries = {}); last: {}: {}. Change the spec or set the {} annotation to try again",
+            run.s.object.spec.remediation.retries,
+            failure.reason,
+            failure.message,
+            annotations::RECONCILE
+        );
+        run.set_stalled(Reason::RetryLimitReached, message);
+        None
+    } else {
+        let wait = backoff(run.retry_interval, run.interval, failures);
+        run.set(
+            ConditionType::Ready,
+            ConditionStatus::False,
+            failure.reason,
+            format!(
+                "{} (retry {failures} in {})",
+                failure.message,
+                crate::duration::format(wait)
+            ),
+        );
+        Some(wait)
+    }
+}

@@ -1,0 +1,89 @@
+//! Trigger: whether a run starts now.
+//!
+//! > Trigger. The object was created or changed (a new metadata.generation), spec.interval
+//! > elapsed, the infra.argocd.io/reconcile annotation was set, or a previous run asked for a
+//! > retry. Status-only updates do not trigger runs.
+//!
+//! A suspended object never runs; a run an earlier driver left under way (`status.activeRun`)
+//! is taken up at once, whatever else is due ([`super::restart`]). When and why a run is due
+//! is [`super::timing::due`].
+
+use super::model::{Step, StepKind};
+use super::run::{Run, Stop};
+use super::timing;
+use crate::api::{ValidSpec, annotations};
+use crate::conditions::{ConditionStatus, ConditionType, Reason};
+
+/// Stops the run when the object is suspended or nothing is due; otherwise marks the run
+/// started (`Reconciling`, and the request annotations handled).
+pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> {
+    let s = run.s;
+    if s.object.spec.suspend {
+        run.set(
+            ConditionType::Ready,
+            ConditionStatus::Unknown,
+            Reason::Suspended,
+            "reconciliation is suspended (spec.suspend is true)",
+        );
+        run.remove(ConditionType::Reconciling);
+        return Err(Stop::next(Step::Done {
+            requeue_after: None,
+        }));
+    }
+    // Only the first decision of a run asks whether it is due: later ones continue it.
+    let started = s
+        .progress
+        .records
+        .iter()
+        .any(|r| r.step != StepKind::AddFinalizer);
+    let resuming = s.object.status.active_run.is_some();
+    if !started
+        && !resuming
+        && let Err(next) = timing::due(&s.object, valid, s.now)
+    {
+        return Err(Stop::next(Step::Done {
+            requeue_after: next,
+        }));
+    }
+    mark_started(run);
+    Ok(())
+}
+
+/// `Reconciling=True` (why), `Ready=Unknown` when it has no value yet, and the request
+/// annotations recorded as handled.
+fn mark_started(run: &mut Run<'_>) {
+    let object = &run.s.object;
+    let (reason, message) = if replan_requested(run) {
+        (Reason::ReplanRequested, "re-plan requested")
+    } else {
+        (Reason::Progressing, "reconciliation in progress")
+    };
+    run.set(
+        ConditionType::Reconciling,
+        ConditionStatus::True,
+        reason,
+        message,
+    );
+    if crate::conditions::find(&run.st.conditions, ConditionType::Ready).is_none() {
+        run.set(
+            ConditionType::Ready,
+            ConditionStatus::Unknown,
+            Reason::Progressing,
+            message,
+        );
+    }
+    if let Some(v) = object.annotation(annotations::RECONCILE) {
+        run.st.last_handled_reconcile_at = Some(v.to_string());
+    }
+    if let Some(v) = object.annotation(annotations::REPLAN) {
+        run.st.last_handled_replan_at = Some(v.to_string());
+    }
+}
+
+/// Whether the replan annotation has a value this object has not handled before this run.
+pub(super) fn replan_requested(run: &Run<'_>) -> bool {
+    run.s
+        .object
+        .annotation(annotations::REPLAN)
+        .is_some_and(|v| run.start().last_handled_replan_at.as_deref() != Some(v))
+}
