@@ -1,5 +1,5 @@
 //! The images `scripts/build-images` builds (`TFOPS_RUNNER_IMAGE`, `TFOPS_MANAGER_IMAGE`), run
-//! as containers with podman and runc, hardened as seed 002 asks of a runner Pod: the runner
+//! as containers with podman and runc, hardened as a runner Pod is (docs/security.md): the runner
 //! image serves mutual TLS on its port and refuses a certificate of another CA; inside it, as
 //! UID 65532 with a read-only root, no capabilities, no privilege escalation and the runtime's
 //! default seccomp profile, `terraform` and `tofu` run, `/` is not writable and `/tmp` and
@@ -29,7 +29,7 @@ fn podman(args: &[&str]) -> Output {
         .expect("podman runs")
 }
 
-/// `podman run` of `image` hardened as the runner Pod is: the security context of seed 002,
+/// `podman run` of `image` hardened as the runner Pod is: the security context of docs/security.md,
 /// and host directories owned by 65532 at /tmp and /home/runner, as emptyDirs are.
 fn hardened_run(dirs: &Path, extra: &[&str]) -> Vec<String> {
     for d in ["tmp", "home"] {

@@ -1,4 +1,4 @@
-//! Installing tfops (issue 15): the Helm chart (`charts/tfops`) and the Kustomize tree
+//! Installing tfops: the Helm chart (`charts/tfops`) and the Kustomize tree
 //! (`config/`) lint, render and validate against Kubernetes' schemas (`kubernetes-validate
 //! --strict`) with Helm 4 and Helm 3 alike; Helm and Kustomize render the same objects for the
 //! same settings; `config/default` installs with `kubectl apply -k`; and the chart, installed

@@ -1,5 +1,5 @@
 //! Runner Pods through tfops-kube's runner port, on the test cluster with its node agent, the
-//! real runner and Terraform: a whole run in a Pod shaped by seed 002, plans and outputs
+//! real runner and Terraform: a whole run in a hardened runner Pod (docs/security.md), plans and outputs
 //! written by the runner as its ServiceAccount, the Pod gone afterwards; a kept Pod reused
 //! and replaced once the certificate changes; a new session waiting for a command an earlier
 //! one left running; and every way a Pod fails ending in its reason

@@ -1,4 +1,4 @@
-//! Apply as a separate identity (`spec.runner.apply`, issue 18), end to end with real
+//! Apply as a separate identity (`spec.runner.apply`, docs/apply-identity.md), end to end with real
 //! Terraform: the configuration manages ConfigMaps in the namespace `infra-out` (the "cloud")
 //! through `kubectl`, as the runner's own ServiceAccount. `tf-plan` may only read there,
 //! `tf-apply` may write; both hold the runner's role in `team-a` (state, plans).

@@ -2,7 +2,7 @@
 //! runc from the runner image `scripts/build-images` built: an object goes to Ready (its state
 //! written by Terraform's kubernetes backend from inside the container, through the in-cluster
 //! configuration), and, read from inside the runner container while it applies, the promise
-//! of seed 002 holds: UID 65532, no capabilities, seccomp filtering, no privilege escalation, a
+//! of the runner Pod (docs/security.md) holds: UID 65532, no capabilities, seccomp filtering, no privilege escalation, a
 //! read-only root, writable `/tmp` and `/home/runner`, the TLS Secret mounted read-only, and no
 //! ServiceAccount token but its own Pod's.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

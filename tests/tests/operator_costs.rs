@@ -1,4 +1,4 @@
-//! What a reconcile costs at the API server (issue 17), counted in the test cluster's
+//! What a reconcile costs at the API server (docs/scaling.md), counted in the test cluster's
 //! audit log for the controller's identity: a reconcile that finds nothing due writes nothing,
 //! and a drift check that finds no drift makes a bounded number of requests, printed by
 //! resource and verb (run with `--nocapture` to see them; docs/scaling.md quotes them).

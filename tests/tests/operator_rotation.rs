@@ -1,4 +1,4 @@
-//! Scenario 8 of issue 14: the runner CA rotates while a run is in flight. The run completes
+//! The runner CA rotates while a run is in flight. The run completes
 //! (its connection was made under the previous CA, which runners keep trusting until it
 //! expires), and the next run's runner Pod gets a certificate of the new CA.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

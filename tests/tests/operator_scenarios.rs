@@ -1,4 +1,4 @@
-//! End-to-end scenarios of issue 14 on the test cluster (the real control plane) with real runner Pods and
+//! End-to-end scenarios on the test cluster (the real control plane) with real runner Pods and
 //! Terraform: drift found and remediated in auto mode (3), a `dependsOn` chain of three
 //! applied in order (4), and a missing `varsFrom` Secret reported, then created, and the
 //! object recovering by itself (10); and `--concurrent` holding across watched namespaces.

@@ -1,4 +1,4 @@
-//! Shards (issue 17): two manager processes, the default shard and shard `b`, each with its
+//! Shards (docs/scaling.md): two manager processes, the default shard and shard `b`, each with its
 //! own ServiceAccount (so the audit log tells them apart) and its own leader Lease. Each
 //! reconciles only its objects; an object relabelled mid-apply is handed over: the old shard
 //! lets go, the new one attaches to the apply under way, and nothing runs twice.

@@ -271,7 +271,7 @@ pub struct Health {
     pub message: String,
 }
 
-/// Argo CD health of an object, as seed 000's status table says, with a message a person can
+/// Argo CD health of an object, as docs/argocd.md's health table says, with a message a person can
 /// act on. In order: `spec.suspend` or reason `Suspended` → Suspended; `Stalled=True` (a
 /// spec that cannot work until edited) → Degraded with its message; no `Ready` → Progressing;
 /// being deleted → Progressing ("deleting: …") unless `Ready=False`; a spec generation not yet

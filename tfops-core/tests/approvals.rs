@@ -10,7 +10,7 @@ use tfops_core::conditions::ConditionStatus::*;
 
 const PLAN: &str = "plan-main-1111111111";
 
-/// Issue 11 A, as reproduced with `tfops local`: approve and apply; edit a variable (same
+/// A reported approval bug, as reproduced with `tfops local`: approve and apply; edit a variable (same
 /// revision, so the same plan id); then a run requested without a new approval. The approve
 /// annotation left from the first approval must not apply the second plan.
 #[tokio::test]

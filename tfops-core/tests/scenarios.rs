@@ -1,5 +1,5 @@
 //! The reconciler through its driver and the in-memory fakes: what a user sees for each branch
-//! of seed 000's "reconciliation, step by step".
+//! of a run's steps (README, "A run, step by step").
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

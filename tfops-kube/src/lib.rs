@@ -6,7 +6,7 @@
 //! - [`plans`], [`outputs`], [`state`], [`inputs`], [`objects`], [`events`],
 //!   [`credentials`]: the ports on Secrets, ConfigMaps, Leases, the status subresource and
 //!   `events.k8s.io`, each written with the identity its client has (see [`meta::Owner`]).
-//! - [`runner`]: runner Pods (seed 002), their TLS, and sessions that notice a dying Pod;
+//! - [`runner`]: runner Pods (hardened: docs/security.md), their TLS, and sessions that notice a dying Pod;
 //!   [`runner_stores`]: what a runner Pod writes plans and outputs with.
 //! - [`controller`]: the `kube::runtime` controller around the core's driver.
 //! - [`actions`]: what people do to objects (approve, replan, …, as Argo CD's actions do);
@@ -25,6 +25,7 @@ pub mod objects;
 pub mod outputs;
 pub mod plans;
 pub mod policies;
+pub mod reference;
 pub mod resource;
 pub mod runner;
 pub mod runner_stores;

@@ -2,6 +2,7 @@
 //! `config/crd/infra.argocd.io_terraforms.yaml` and in the chart's `crds/` (this test fails
 //! when either is stale; `TFOPS_UPDATE_CRD=1` rewrites them), accepted by the real API server
 //! (`tfops-testcluster`) as a structural schema, and every example manifest validates against it there (server-side dry run).
+//! `docs/reference.md`, the field reference, is rendered from it and checked the same way.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -34,6 +35,12 @@ fn in_chart(path: &std::path::Path) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../charts/tfops/crds")
         .join(path.file_name().unwrap())
+}
+
+#[test]
+fn the_field_reference_in_docs_is_generated_from_the_crd() {
+    let page = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/reference.md");
+    assert_checked_in(&page, &tfops_kube::reference::markdown().unwrap());
 }
 
 #[test]

@@ -44,7 +44,7 @@ fn output(dir: &Path) -> String {
     std::fs::read_to_string(dir.join(".tfops/objects/demo/app/outputs.json")).unwrap_or_default()
 }
 
-/// Issue 11 A: approve and apply; edit a variable (a new plan under the same id); `apply`
+/// A reported approval bug: approve and apply; edit a variable (a new plan under the same id); `apply`
 /// again without approving: nothing is applied.
 #[test_case(Binary::Terraform ; "terraform")]
 #[test_case(Binary::Tofu ; "tofu")]

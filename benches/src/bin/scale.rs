@@ -1,4 +1,4 @@
-//! The scale benchmark (issue 17): one manager process against the test cluster (real etcd and
+//! The scale benchmark: one manager process against the test cluster (real etcd and
 //! kube-apiserver, `tfops-testcluster`) holding
 //! `--objects` `Terraform` objects, its runner replaced by the instant runner double
 //! (`benches::instant_runner`, a benchmark tool) so that the manager's own cost is what shows.

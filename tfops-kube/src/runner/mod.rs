@@ -1,4 +1,4 @@
-//! Runner Pods (seed 002): the [`RunnerPort`] on Kubernetes. Starting a run makes sure the
+//! Runner Pods: the [`RunnerPort`] on Kubernetes. Starting a run makes sure the
 //! namespace has a current TLS Secret, creates the `<name>-tf-runner` Pod (or reuses a kept
 //! one that is Ready and has the current certificate), waits until it is Ready within the
 //! creation timeout, and dials it by Pod IP over mutual TLS. A Pod that fails to start says

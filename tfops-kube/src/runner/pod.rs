@@ -1,4 +1,4 @@
-//! The runner Pod of seed 002, built from `spec.runner` over the hardened defaults. Pure: the
+//! The runner Pod, built from `spec.runner` over the hardened defaults. Pure: the
 //! same object and settings always give the same Pod.
 
 use std::collections::BTreeMap;
@@ -10,7 +10,7 @@ use tfops_core::naming;
 
 use crate::meta::{LABEL_OBJECT, MANAGED_BY, owner_reference};
 
-/// The gRPC port runners serve on by default (seed 002; `--runner-grpc-port`).
+/// The gRPC port runners serve on by default (`--runner-grpc-port`).
 pub const GRPC_PORT: u16 = 30000;
 /// Where the TLS Secret is mounted in the runner.
 pub const TLS_DIR: &str = "/run/tfops/tls";
@@ -19,7 +19,7 @@ pub const CONTAINER: &str = "tf-runner";
 /// The version of the TLS Secret the Pod was started with (its certificate's digest): a Pod
 /// kept between runs is replaced when the Secret changed.
 pub const ANNOTATION_TLS_VERSION: &str = "infra.argocd.io/tls-version";
-/// The label with the object's namespace (seed 002's `infra.argocd.io/terraform`).
+/// The label with the object's namespace (`infra.argocd.io/terraform`).
 pub const LABEL_TERRAFORM: &str = "infra.argocd.io/terraform";
 
 /// What the controller decides about every runner Pod.
@@ -56,7 +56,7 @@ impl PodSettings {
     }
 }
 
-/// The hardened container security context (seed 002, "Security context").
+/// The hardened container security context (docs/security.md).
 pub fn hardened_security_context() -> Value {
     json!({
         "runAsUser": 65532,
