@@ -1,7 +1,7 @@
 // The Terraform tab in a real browser (Debian's chromium through playwright-core), with React
 // 16 and with React 19 as Argo CD's UI provides them, against the argocd-server stand-in of
 // fake-argocd.mjs. Screenshots of each state go to ../../../docs/ui/ when TFOPS_SCREENSHOTS
-// is set (the README shows them).
+// is set (docs/argocd.md shows them).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
