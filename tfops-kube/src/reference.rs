@@ -27,7 +27,11 @@ pub fn markdown() -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
     );
     for part in ["spec", "status"] {
         let _ = write!(out, "\n## `{part}`\n\n");
-        let _ = writeln!(out, "{}\n", one_line(&root["properties"][part]["description"]));
+        let _ = writeln!(
+            out,
+            "{}\n",
+            one_line(&root["properties"][part]["description"])
+        );
         out.push_str("| field | type | default | description |\n| --- | --- | --- | --- |\n");
         rows(&mut out, part, &root["properties"][part]);
     }
@@ -113,9 +117,21 @@ mod tests {
         }});
         let mut out = String::new();
         rows(&mut out, "spec", &schema);
-        assert!(out.contains("| `spec.vars` | []object |  | Inputs. |"), "{out}");
-        assert!(out.contains("| `spec.vars[].name` | string |  | A \\| name. |"), "{out}");
-        assert!(out.contains("| `spec.labels` | map[string]string |"), "{out}");
-        assert!(out.contains("| `spec.retries` | integer (int64) | `-1` |"), "{out}");
+        assert!(
+            out.contains("| `spec.vars` | []object |  | Inputs. |"),
+            "{out}"
+        );
+        assert!(
+            out.contains("| `spec.vars[].name` | string |  | A \\| name. |"),
+            "{out}"
+        );
+        assert!(
+            out.contains("| `spec.labels` | map[string]string |"),
+            "{out}"
+        );
+        assert!(
+            out.contains("| `spec.retries` | integer (int64) | `-1` |"),
+            "{out}"
+        );
     }
 }
