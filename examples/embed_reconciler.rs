@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use tfops_core::api::{ObjectKey, ObjectMeta, TerraformObject, annotations};
-use tfops_core::conditions::health;
+use tfops_core::health::health;
 use tfops_core::reconcile::Driver;
 use tfops_core::testing::FakeWorld;
 

@@ -1,7 +1,7 @@
 //! The Argo CD health and action scripts of `config/argocd/resource_customizations/` run as
 //! Argo CD runs them (`tests::argocd_lua`), on every case of their `health_test.yaml` and
 //! `actions/action_test.yaml` (Argo CD's own test format). The health cases also go through
-//! `tfops_core::conditions::health`, which must say the same; each action's result becomes the
+//! `tfops_core::health::health`, which must say the same; each action's result becomes the
 //! merge patch argocd-server would send, applied to the object on the real API server,
 //! which validates it against the CRD. And the `argocd-cm` entries shipped in
 //! `config/argocd/` are exactly these files (`TFOPS_UPDATE_ARGOCD=1` rewrites them).
@@ -75,11 +75,11 @@ fn health_lua_and_the_rust_mapping_give_each_fixture_its_expected_health() {
             case.input_path
         );
         let typed: tfops_kube::Terraform = serde_json::from_value(object).unwrap();
-        let rust = tfops_core::conditions::health(&typed.to_object());
+        let rust = tfops_core::health::health(&typed.to_object());
         assert_eq!(
             (format!("{:?}", rust.status), rust.message),
             (want.status.clone(), want.message.clone()),
-            "tfops_core::conditions::health on {}",
+            "tfops_core::health::health on {}",
             case.input_path
         );
         statuses.insert(status);

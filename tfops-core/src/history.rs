@@ -14,8 +14,7 @@ use crate::reconcile::{Outcome, RunReport, StepKind};
 
 /// How many runs are kept per object.
 pub const MAX_RUNS: usize = 10;
-/// The most bytes of Terraform's output kept per run (the last ones).
-pub const MAX_TAIL: usize = 8 * 1024;
+use crate::tail::append_tail;
 
 /// Change counts of a plan, as `+add ~change -destroy`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,7 +69,7 @@ pub struct RunEntry {
     /// `Ready`'s message at the end.
     #[serde(default)]
     pub message: String,
-    /// The last lines Terraform wrote (at most [`MAX_TAIL`] bytes).
+    /// The last lines Terraform wrote (at most [`crate::tail::MAX_TAIL`] bytes).
     #[serde(default)]
     pub output_tail: String,
     /// The binary and version that ran (`tofu 1.12.6`, `terraform 1.15.5`), once known.
@@ -256,25 +255,6 @@ pub fn entry(
     Some(entry)
 }
 
-/// Appends `more` to `tail`, keeping at most [`MAX_TAIL`] bytes (the last ones, cut at a
-/// line start where one is near, never inside a character).
-pub fn append_tail(tail: &mut String, more: &str) {
-    tail.push_str(more);
-    if tail.len() <= MAX_TAIL {
-        return;
-    }
-    let mut cut = tail.len() - MAX_TAIL;
-    while !tail.is_char_boundary(cut) {
-        cut += 1;
-    }
-    if let Some(nl) = tail[cut..].find('\n')
-        && nl < 512
-    {
-        cut += nl + 1;
-    }
-    tail.drain(..cut);
-}
-
 /// Puts `entry` first in `runs` (newest first) and keeps the last [`MAX_RUNS`].
 pub fn record(runs: &mut Vec<RunEntry>, entry: RunEntry) {
     runs.insert(0, entry);
@@ -285,17 +265,6 @@ pub fn record(runs: &mut Vec<RunEntry>, entry: RunEntry) {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_tail_keeps_the_last_bytes_from_a_line_start() {
-        let mut tail = String::new();
-        for i in 0..2000 {
-            append_tail(&mut tail, &format!("line {i} é\n"));
-        }
-        assert!(tail.len() <= MAX_TAIL);
-        assert!(tail.starts_with("line "), "{}", &tail[..20]);
-        assert!(tail.ends_with("line 1999 é\n"));
-    }
 
     fn object(status: serde_json::Value, annotations: serde_json::Value) -> TerraformObject {
         serde_json::from_value(serde_json::json!({

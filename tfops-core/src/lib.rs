@@ -7,7 +7,7 @@
 //! - [`api`]: the `Terraform` spec and status (`infra.argocd.io/v1alpha1`), which are the CRD
 //!   schema, and [`api::validate`], which turns a spec into a [`api::ValidSpec`] or lists every
 //!   problem.
-//! - [`conditions`]: condition types, reasons and the mapping to Argo CD health.
+//! - [`conditions`]: condition types and reasons; [`health`]: the mapping to Argo CD health.
 //! - [`naming`]: every name tfops derives (runner Pod, state Secret and Lease, plan objects, plan
 //!   ids), within Kubernetes' length limits.
 //! - [`reconcile`]: the decision function (`decide`) and the driver that performs its steps
@@ -19,6 +19,7 @@ pub mod api;
 pub mod conditions;
 pub mod digest;
 pub mod duration;
+pub mod health;
 pub mod history;
 pub mod inputs;
 pub mod naming;
@@ -27,6 +28,7 @@ pub mod policy;
 pub mod ports;
 pub mod reconcile;
 pub mod source;
+pub mod tail;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -5,8 +5,6 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::api::TerraformObject;
-
 /// The longest object name (DNS-1123 subdomain).
 pub const MAX_NAME: usize = 253;
 /// The longest label value or DNS label.
@@ -75,29 +73,6 @@ pub fn held_by_own_runner(namespace: &str, name: &str, holder: &str) -> bool {
     holder
         .rsplit_once('@')
         .is_some_and(|(_, host)| own.iter().any(|o| o == host))
-}
-
-/// The runner Pod of `role`: [`runner_pod_name`], or [`apply_runner_pod_name`] when the
-/// object applies as a separate identity.
-pub fn runner_pod_name_for(object: &TerraformObject, role: crate::api::RunnerRole) -> String {
-    let name = &object.metadata.name;
-    match role {
-        crate::api::RunnerRole::Apply if object.spec.runner.splits_apply() => {
-            apply_runner_pod_name(name)
-        }
-        _ => runner_pod_name(name),
-    }
-}
-
-/// The Kubernetes backend's `secret_suffix`: `spec.backendConfig.secretSuffix`, else the
-/// object's name.
-pub fn state_secret_suffix(object: &TerraformObject) -> String {
-    object
-        .spec
-        .backend_config
-        .as_ref()
-        .and_then(|b| b.secret_suffix.clone())
-        .unwrap_or_else(|| object.metadata.name.clone())
 }
 
 /// `tfstate-<workspace>-<suffix>`: the state Secret the Kubernetes backend writes. Not

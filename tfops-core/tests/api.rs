@@ -7,7 +7,8 @@ mod common;
 use common::object;
 use serde_json::json;
 use tfops_core::api::{Binary, DriftAction, ForceUnlock, TerraformSpec, TerraformStatus, validate};
-use tfops_core::conditions::{self, ConditionStatus, ConditionType, HealthStatus, Reason, health};
+use tfops_core::conditions::{self, ConditionStatus, ConditionType, Reason};
+use tfops_core::health::{HealthStatus, health};
 
 fn minimal() -> serde_json::Value {
     json!({"sourceRef": {"kind": "GitRepository", "url": "https://git.example/infra.git"}})

@@ -9,7 +9,8 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 use tfops_core::api::{FINALIZER, annotations};
-use tfops_core::conditions::{ConditionStatus::*, ConditionType, HealthStatus, Reason, health};
+use tfops_core::conditions::{ConditionStatus::*, ConditionType, Reason};
+use tfops_core::health::{HealthStatus, health};
 use tfops_core::ports::{EventType, PortError};
 use tfops_core::testing::FakeOp;
 

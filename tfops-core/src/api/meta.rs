@@ -96,4 +96,27 @@ impl TerraformObject {
             .iter()
             .any(|f| f == super::FINALIZER)
     }
+
+    /// The Kubernetes backend's `secret_suffix`: `spec.backendConfig.secretSuffix`, else the
+    /// object's name (the state Secret is [`crate::naming::state_secret_name`] of it).
+    pub fn state_secret_suffix(&self) -> String {
+        self.spec
+            .backend_config
+            .as_ref()
+            .and_then(|b| b.secret_suffix.clone())
+            .unwrap_or_else(|| self.metadata.name.clone())
+    }
+
+    /// The runner Pod of `role`: [`crate::naming::runner_pod_name`], or
+    /// [`crate::naming::apply_runner_pod_name`] when the object applies as a separate
+    /// identity.
+    pub fn runner_pod_name(&self, role: super::RunnerRole) -> String {
+        let name = &self.metadata.name;
+        match role {
+            super::RunnerRole::Apply if self.spec.runner.splits_apply() => {
+                crate::naming::apply_runner_pod_name(name)
+            }
+            _ => crate::naming::runner_pod_name(name),
+        }
+    }
 }

@@ -300,7 +300,7 @@ fn check_state(c: &mut Checker, object: &TerraformObject) {
     if backend.disable || backend.custom_configuration.is_some() {
         return;
     }
-    let suffix = naming::state_secret_suffix(object);
+    let suffix = object.state_secret_suffix();
     let field = if backend.secret_suffix.is_some() {
         "spec.backendConfig.secretSuffix"
     } else {

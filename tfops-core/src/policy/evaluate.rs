@@ -6,7 +6,7 @@ use super::context::{PlanData, PolicyScope, base_context};
 use super::fast;
 use super::load::{CompiledPolicy, CompiledRule, Expr, PolicyError};
 use super::prefilter::{Types, strings};
-use super::types::{Action, Scope};
+use super::types::{Action, Scope, selected};
 use crate::api::TerraformObject;
 
 /// What a rule found.
@@ -70,19 +70,6 @@ impl Verdict {
 /// Whether `policy` applies to `object`: same namespace, and every selector label present.
 pub fn selects(policy: &CompiledPolicy, object: &TerraformObject) -> bool {
     selected(&policy.namespace, &policy.selector, object)
-}
-
-/// Whether a policy of `namespace` with `selector` applies to `object` (an empty namespace:
-/// a policy read from a file without one, which applies to any object).
-pub(super) fn selected(
-    namespace: &str,
-    selector: &std::collections::BTreeMap<String, String>,
-    object: &TerraformObject,
-) -> bool {
-    (namespace.is_empty() || namespace == object.metadata.namespace)
-        && selector
-            .iter()
-            .all(|(k, v)| object.metadata.labels.get(k) == Some(v))
 }
 
 fn truth(ctx: &Context<'_, '_>, frame: &fast::Frame<'_, '_>, e: &Expr) -> Result<bool, String> {

@@ -17,7 +17,7 @@ impl TerraformPolicy {
     /// Whether this policy applies to `object` (decided before its rules are compiled, so a
     /// broken policy only blocks the objects it selects).
     pub fn selects(&self, object: &crate::api::TerraformObject) -> bool {
-        super::evaluate::selected(&self.metadata.namespace, &self.spec.selector, object)
+        selected(&self.metadata.namespace, &self.spec.selector, object)
     }
 }
 
@@ -103,4 +103,17 @@ pub enum Scope {
     Plan,
     /// Once per resource change, with the change as `change`.
     Resource,
+}
+
+/// Whether a policy of `namespace` with `selector` applies to `object` (an empty namespace:
+/// a policy read from a file without one, which applies to any object).
+pub(super) fn selected(
+    namespace: &str,
+    selector: &std::collections::BTreeMap<String, String>,
+    object: &crate::api::TerraformObject,
+) -> bool {
+    (namespace.is_empty() || namespace == object.metadata.namespace)
+        && selector
+            .iter()
+            .all(|(k, v)| object.metadata.labels.get(k) == Some(v))
 }

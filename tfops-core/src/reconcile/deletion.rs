@@ -26,7 +26,6 @@ use super::timing::{backoff, elapsed};
 use super::{restart, runner, setup, source};
 use crate::api::{annotations, validate};
 use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
-use crate::naming;
 
 /// Used when the spec is invalid and cannot tell.
 const FALLBACK_RETRY: Duration = Duration::from_secs(15);
@@ -103,7 +102,7 @@ fn steps(run: &mut Run<'_>, destroy: bool) -> Result<(), Stop> {
         let step = Step::DeleteState {
             writer,
             workspace: spec.workspace.clone(),
-            suffix: naming::state_secret_suffix(&run.s.object),
+            suffix: run.s.object.state_secret_suffix(),
         };
         run.need(step)?;
     }

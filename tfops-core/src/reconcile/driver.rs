@@ -72,7 +72,7 @@ pub(super) struct RunState {
 impl RunState {
     /// Keeps what `session` said before it ends.
     pub(super) fn keep_tail(&mut self, session: &dyn RunnerSession) {
-        crate::history::append_tail(&mut self.output_tail, &session.output_tail());
+        crate::tail::append_tail(&mut self.output_tail, &session.output_tail());
     }
 }
 
@@ -108,7 +108,7 @@ impl Driver {
         let mut state = RunState::default();
         let mut result = self.run_steps(snapshot, &mut state).await;
         if let Some(session) = &state.session {
-            crate::history::append_tail(&mut state.output_tail, &session.output_tail());
+            crate::tail::append_tail(&mut state.output_tail, &session.output_tail());
         }
         if let Ok(report) = &mut result {
             report.output_tail = std::mem::take(&mut state.output_tail);

@@ -138,7 +138,7 @@ pub enum Step {
         writer: Writer,
         /// The workspace.
         workspace: String,
-        /// The state Secret's suffix ([`crate::naming::state_secret_suffix`]).
+        /// The state Secret's suffix ([`crate::api::TerraformObject::state_secret_suffix`]).
         suffix: String,
     },
     /// Remove tfops' finalizer: the object may go.

@@ -290,7 +290,7 @@ async fn warn_of_state_size(ctx: &Context, object: &TerraformObject, report: &Ru
     if !state_size_matters(object, report) {
         return;
     }
-    let suffix = naming::state_secret_suffix(object);
+    let suffix = object.state_secret_suffix();
     let key = object.key();
     let stored = match KubeStateAdmin::new(ctx.client.clone())
         .stored_bytes(&key, &object.spec.workspace, &suffix)

@@ -241,7 +241,7 @@ impl RunnerPort for KubeRunnerPort {
         role: RunnerRole,
     ) -> Result<Box<dyn RunnerSession>, PortError> {
         let namespace = &object.metadata.namespace;
-        let name = naming::runner_pod_name_for(object, role);
+        let name = object.runner_pod_name(role);
         let version = self.pki.ensure_runner_secret(namespace).await?;
         let pods = self.pods(namespace);
         let mut pod = runner_pod(object, role, &self.settings.pod, &version)

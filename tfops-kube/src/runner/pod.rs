@@ -135,7 +135,7 @@ pub fn runner_pod(
             naming::shorten(&meta.name, naming::MAX_LABEL),
         ),
     ]);
-    let pod_name = naming::runner_pod_name_for(object, role);
+    let pod_name = object.runner_pod_name(role);
     let host = naming::runner_host(&meta.namespace, &pod_name);
     let mut annotations = template.metadata.annotations.clone();
     annotations.insert(ANNOTATION_TLS_VERSION.into(), tls_version.into());
@@ -255,7 +255,7 @@ pub fn runner_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": naming::runner_pod_name_for(object, role),
+            "name": object.runner_pod_name(role),
             "namespace": meta.namespace,
             "labels": labels,
             "annotations": annotations,

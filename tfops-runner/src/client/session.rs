@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use tfops_core::api::{FileLocation, InventoryEntry, TerraformObject};
-use tfops_core::naming;
 use tfops_core::ports::{
     self, OutputValue, OutputsRequest, PlanRequest, PlanResult, PlanSummary, PlanToStore,
     PortError, RunnerSession, SetupRequest, ShownPlan,
@@ -72,7 +71,7 @@ pub fn setup_request(request: &SetupRequest) -> Result<proto::SetupRequest, Port
             proto::backend::Kind::Custom(b.custom_configuration.clone().unwrap_or_default())
         }
         other => proto::backend::Kind::Kubernetes(proto::KubernetesBackend {
-            secret_suffix: naming::state_secret_suffix(o),
+            secret_suffix: o.state_secret_suffix(),
             namespace: o.metadata.namespace.clone(),
             in_cluster_config: true,
             labels: other
@@ -203,9 +202,9 @@ impl Session {
                 let (on_line, tail) = (&mut self.on_line, &mut self.tail);
                 let reattaching = command.is_none() && original.is_some();
                 let each = |l: &proto::LogLine| {
-                    tfops_core::history::append_tail(tail, &l.line);
+                    tfops_core::tail::append_tail(tail, &l.line);
                     if !l.line.ends_with('\n') {
-                        tfops_core::history::append_tail(tail, "\n");
+                        tfops_core::tail::append_tail(tail, "\n");
                     }
                     on_line(l);
                 };

@@ -1,0 +1,66 @@
+//! Sources: the revision to run and its tree, archived.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::api::{ObjectKey, SourceRef};
+
+use super::PortError;
+
+/// A resolved source revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revision {
+    /// The ref it was resolved from (`main`, `v1.2.0`, `latest`).
+    pub reference: String,
+    /// `sha1:<hex>` for Git, `sha256:<hex>` for OCI.
+    pub digest: String,
+}
+
+impl Revision {
+    /// The hex part of the digest.
+    pub fn sha(&self) -> &str {
+        self.digest
+            .split_once(':')
+            .map_or(self.digest.as_str(), |(_, h)| h)
+    }
+}
+
+impl std::fmt::Display for Revision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.reference, self.digest)
+    }
+}
+
+/// A source tree archived for the runner (tar + gzip, filtered by `ignore`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Artifact {
+    /// SHA-256 of `data`, hex.
+    pub sha256: String,
+    /// The archive.
+    pub data: Arc<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Artifact {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Artifact")
+            .field("sha256", &self.sha256)
+            .field("len", &self.data.len())
+            .finish()
+    }
+}
+
+/// Resolves and fetches sources. Credentials stay behind this port, never reaching the runner.
+#[async_trait]
+pub trait SourcePort: Send + Sync {
+    /// The current revision of the source (like `git ls-remote`, or an OCI manifest digest).
+    async fn resolve(&self, object: &ObjectKey, source: &SourceRef) -> Result<Revision, PortError>;
+    /// The tree at `revision`, filtered by `ignore` and archived.
+    async fn fetch(
+        &self,
+        object: &ObjectKey,
+        source: &SourceRef,
+        revision: &Revision,
+        ignore: Option<&str>,
+    ) -> Result<Artifact, PortError>;
+}
