@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{TerraformObject, annotations};
 use crate::conditions::{self, ConditionStatus, ConditionType};
-use crate::reconcile::{Outcome, RunReport, StepKind};
+use crate::reconcile::{Outcome, Record, RunReport, StepFailure, StepKind};
 
 /// How many runs are kept per object.
 pub const MAX_RUNS: usize = 10;
@@ -154,8 +154,37 @@ pub fn entry(
         return None;
     }
     let status = &report.status;
+    let mut entry = blank(before, report, started_at);
+    let mut planned = false;
+    let mut last_lock = None;
+    for r in report.records.iter().filter(|r| is_run(r.step)) {
+        match &r.result {
+            Err(f) if f.lock.is_some() => last_lock = Some(f),
+            Ok(Outcome::Unlocked) => entry.unlocked = unlocked(last_lock),
+            _ => {}
+        }
+        planned |= note(&mut entry, r);
+    }
+    if !planned {
+        entry.planned_by.clear();
+    }
+    if entry.applied {
+        entry.applied_by = status.last_applied_by.clone().unwrap_or_default();
+    }
+    entry.plan_id = if entry.applied {
+        status.plan.last_applied.clone()
+    } else {
+        status.plan.pending.clone()
+    };
+    append_tail(&mut entry.output_tail, &report.output_tail);
+    Some(entry)
+}
+
+/// The entry before its steps are read: times, trigger, revision and the result `Ready` says.
+fn blank(before: &TerraformObject, report: &RunReport, started_at: jiff::Timestamp) -> RunEntry {
+    let status = &report.status;
     let ready = conditions::find(&status.conditions, ConditionType::Ready);
-    let mut entry = RunEntry {
+    RunEntry {
         started_at,
         finished_at: report.records.last().map_or(started_at, |r| r.at),
         trigger: trigger(before),
@@ -179,80 +208,69 @@ pub fn entry(
         planned_by: String::new(),
         applied_by: String::new(),
         unlocked: String::new(),
-    };
-    let mut planned = false;
-    let mut last_lock = None;
-    for r in report.records.iter().filter(|r| is_run(r.step)) {
-        match &r.result {
-            Err(f) if f.lock.is_some() => last_lock = Some(f),
-            Ok(Outcome::Unlocked) => {
-                if let Some((id, holder)) = last_lock.and_then(|f| f.lock.as_ref()) {
-                    let why = if last_lock.is_some_and(|f| f.lock_holder_gone) {
-                        "a runner of this object that is gone"
-                    } else {
-                        "asked (forceUnlock)"
-                    };
-                    entry.unlocked = format!("lock {id} of {holder}: {why}");
-                } else {
-                    entry.unlocked = "the lock whose release was asked for".into();
-                }
-            }
-            _ => {}
+    }
+}
+
+/// What a lock release released: the lock that stopped the step before it, and why.
+fn unlocked(last_lock: Option<&StepFailure>) -> String {
+    match last_lock.and_then(|f| f.lock.as_ref().map(|l| (f, l))) {
+        Some((f, (id, holder))) => {
+            let why = if f.lock_holder_gone {
+                "a runner of this object that is gone"
+            } else {
+                "asked (forceUnlock)"
+            };
+            format!("lock {id} of {holder}: {why}")
         }
-        match (&r.result, r.step) {
-            (
-                Ok(Outcome::RunnerStarted {
-                    identity, binary, ..
-                }),
-                StepKind::StartRunner,
-            ) => {
-                entry.planned_by.clone_from(identity);
-                if !binary.is_empty() {
-                    entry.binary.clone_from(binary);
-                }
-            }
-            (Ok(Outcome::SetUp { binary, .. }), _) if !binary.is_empty() => {
+        None => "the lock whose release was asked for".into(),
+    }
+}
+
+/// Notes what step `r` tells (who planned, the binary, the plan's summary, drift, an apply,
+/// the step's name); whether it planned.
+fn note(entry: &mut RunEntry, r: &Record) -> bool {
+    let mut planned = false;
+    match (&r.result, r.step) {
+        (
+            Ok(Outcome::RunnerStarted {
+                identity, binary, ..
+            }),
+            StepKind::StartRunner,
+        ) => {
+            entry.planned_by.clone_from(identity);
+            if !binary.is_empty() {
                 entry.binary.clone_from(binary);
             }
-            (Ok(_), StepKind::Plan | StepKind::DetectDrift) => planned = true,
-            _ => {}
         }
-        let name = format!("{:?}", r.step);
-        match &r.result {
-            Ok(Outcome::Planned {
-                has_changes: true,
-                summary,
-                ..
-            }) => {
-                entry.summary = Some(Summary {
-                    add: summary.add,
-                    change: summary.change,
-                    destroy: summary.destroy,
-                });
-            }
-            Ok(Outcome::DriftChecked { drifted }) => entry.drifted.clone_from(drifted),
-            Ok(Outcome::Applied | Outcome::Attached { .. }) => entry.applied = true,
-            _ => {}
+        (Ok(Outcome::SetUp { binary, .. }), _) if !binary.is_empty() => {
+            entry.binary.clone_from(binary);
         }
-        entry.steps.push(if r.result.is_ok() {
-            name
-        } else {
-            format!("{name}!")
-        });
+        (Ok(_), StepKind::Plan | StepKind::DetectDrift) => planned = true,
+        _ => {}
     }
-    if !planned {
-        entry.planned_by.clear();
+    match &r.result {
+        Ok(Outcome::Planned {
+            has_changes: true,
+            summary,
+            ..
+        }) => {
+            entry.summary = Some(Summary {
+                add: summary.add,
+                change: summary.change,
+                destroy: summary.destroy,
+            });
+        }
+        Ok(Outcome::DriftChecked { drifted }) => entry.drifted.clone_from(drifted),
+        Ok(Outcome::Applied | Outcome::Attached { .. }) => entry.applied = true,
+        _ => {}
     }
-    if entry.applied {
-        entry.applied_by = status.last_applied_by.clone().unwrap_or_default();
-    }
-    entry.plan_id = if entry.applied {
-        status.plan.last_applied.clone()
+    let name = format!("{:?}", r.step);
+    entry.steps.push(if r.result.is_ok() {
+        name
     } else {
-        status.plan.pending.clone()
-    };
-    append_tail(&mut entry.output_tail, &report.output_tail);
-    Some(entry)
+        format!("{name}!")
+    });
+    planned
 }
 
 /// Puts `entry` first in `runs` (newest first) and keeps the last [`MAX_RUNS`].

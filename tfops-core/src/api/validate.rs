@@ -65,7 +65,25 @@ pub fn validate(object: &TerraformObject) -> Result<ValidSpec, ValidationErrors>
     check_state(&mut c, object);
     check_vars(&mut c, spec);
     check_outputs_and_dependencies(&mut c, object);
-    let health_check_timeouts = spec
+    let health_check_timeouts = check_health_checks(&mut c, spec);
+    check_runner(&mut c, spec);
+    if !c.problems.is_empty() {
+        return Err(ValidationErrors(c.problems));
+    }
+    Ok(ValidSpec {
+        interval: interval.unwrap_or_default(),
+        retry_interval: retry_interval.unwrap_or_default(),
+        approve,
+        health_check_timeouts: health_check_timeouts
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect(),
+    })
+}
+
+/// Each health check's type and target, its timeout (given back, in order) and a unique name.
+fn check_health_checks(c: &mut Checker, spec: &TerraformSpec) -> Vec<Option<Duration>> {
+    let timeouts = spec
         .health_checks
         .iter()
         .enumerate()
@@ -92,6 +110,11 @@ pub fn validate(object: &TerraformObject) -> Result<ValidSpec, ValidationErrors>
             );
         }
     }
+    timeouts
+}
+
+/// The runner's settings, and what the plan commands are given (parallelism, targets).
+fn check_runner(c: &mut Checker, spec: &TerraformSpec) {
     if spec.runner.termination_grace_period_seconds < 0 {
         c.problem(
             "spec.runner.terminationGracePeriodSeconds",
@@ -125,18 +148,6 @@ pub fn validate(object: &TerraformObject) -> Result<ValidSpec, ValidationErrors>
             c.problem(&format!("spec.targets[{i}]"), "must be a resource address");
         }
     }
-    if !c.problems.is_empty() {
-        return Err(ValidationErrors(c.problems));
-    }
-    Ok(ValidSpec {
-        interval: interval.unwrap_or_default(),
-        retry_interval: retry_interval.unwrap_or_default(),
-        approve,
-        health_check_timeouts: health_check_timeouts
-            .into_iter()
-            .map(Option::unwrap_or_default)
-            .collect(),
-    })
 }
 
 #[derive(Default)]

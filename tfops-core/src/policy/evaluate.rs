@@ -118,82 +118,105 @@ fn run_rule(
     variable: &dyn Fn(&str) -> Option<Vec<String>>,
     r: &CompiledRule,
 ) -> Outcome {
-    // `prefiltered`: the change is of a type the first condition's type test accepts.
-    let applies = |ctx: &Context<'_, '_>, prefiltered: bool| -> Result<bool, String> {
-        for (i, c) in r.conditions.iter().enumerate() {
-            if i == 0
-                && prefiltered
-                && let Some(node) = &r.residual
-                && let Some(fast::V::Bool(b)) = fast::run(node, frame)
-            {
-                if b {
-                    continue;
-                }
-                return Ok(false);
-            }
-            if !truth(ctx, frame, c)? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    };
     match r.rule.scope {
-        Scope::Plan => match applies(ctx, false).and_then(|a| {
-            if a {
-                truth(ctx, frame, &r.check).map(Some)
-            } else {
-                Ok(None)
+        Scope::Plan => plan_rule(ctx, frame, r),
+        Scope::Resource => resource_rule(ctx, frame, data, variable, r),
+    }
+}
+
+/// Whether every match condition of `r` holds. `prefiltered`: the change is of a type the
+/// first condition's type test accepts.
+fn applies(
+    ctx: &Context<'_, '_>,
+    frame: &fast::Frame<'_, '_>,
+    r: &CompiledRule,
+    prefiltered: bool,
+) -> Result<bool, String> {
+    for (i, c) in r.conditions.iter().enumerate() {
+        if i == 0
+            && prefiltered
+            && let Some(node) = &r.residual
+            && let Some(fast::V::Bool(b)) = fast::run(node, frame)
+        {
+            if b {
+                continue;
             }
-        }) {
-            Ok(None) => Outcome::NotApplicable,
-            Ok(Some(true)) => Outcome::Pass,
-            Ok(Some(false)) => Outcome::Violation {
-                message: message(ctx, frame, r),
-                addresses: Vec::new(),
-            },
-            Err(message) => Outcome::Error { message },
-        },
-        Scope::Resource => {
-            let mut applied = false;
-            let mut addresses = Vec::new();
-            let mut first_message = None;
-            let types = match &r.types {
-                Some(Types::Listed(types)) => Some(types.clone()),
-                Some(Types::Variable(name)) => variable(name),
-                None => None,
-            };
-            let prefiltered = types.is_some();
-            let listed = types.map(|types| data.changes_of_types(&types));
-            let visit: Box<dyn Iterator<Item = usize>> = match &listed {
-                Some(list) => Box::new(list.iter().copied()),
-                None => Box::new(0..data.changes.len()),
-            };
-            for i in visit {
-                let change = data.changes[i];
-                data.set_current(i);
-                frame.change.set(frame.changes.get(i));
-                match applies(ctx, prefiltered) {
-                    Ok(false) => continue,
-                    Ok(true) => applied = true,
-                    Err(message) => return Outcome::Error { message },
-                }
-                match truth(ctx, frame, &r.check) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        if let Some(a) = change["address"].as_str() {
-                            addresses.push(a.to_string());
-                        }
-                        first_message.get_or_insert_with(|| message(ctx, frame, r));
-                    }
-                    Err(message) => return Outcome::Error { message },
-                }
-            }
-            match (applied, first_message) {
-                (false, _) => Outcome::NotApplicable,
-                (true, None) => Outcome::Pass,
-                (true, Some(message)) => Outcome::Violation { message, addresses },
-            }
+            return Ok(false);
         }
+        if !truth(ctx, frame, c)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A `scope: Plan` rule: once, over the whole plan.
+fn plan_rule(ctx: &Context<'_, '_>, frame: &fast::Frame<'_, '_>, r: &CompiledRule) -> Outcome {
+    let checked = applies(ctx, frame, r, false).and_then(|a| {
+        if a {
+            truth(ctx, frame, &r.check).map(Some)
+        } else {
+            Ok(None)
+        }
+    });
+    match checked {
+        Ok(None) => Outcome::NotApplicable,
+        Ok(Some(true)) => Outcome::Pass,
+        Ok(Some(false)) => Outcome::Violation {
+            message: message(ctx, frame, r),
+            addresses: Vec::new(),
+        },
+        Err(message) => Outcome::Error { message },
+    }
+}
+
+/// A `scope: Resource` rule: once per resource change (of the types its first condition
+/// tests, when it tests one), naming the changes that violate it.
+fn resource_rule(
+    ctx: &Context<'_, '_>,
+    frame: &fast::Frame<'_, '_>,
+    data: &PlanData<'_>,
+    variable: &dyn Fn(&str) -> Option<Vec<String>>,
+    r: &CompiledRule,
+) -> Outcome {
+    let mut applied = false;
+    let mut addresses = Vec::new();
+    let mut first_message = None;
+    let types = match &r.types {
+        Some(Types::Listed(types)) => Some(types.clone()),
+        Some(Types::Variable(name)) => variable(name),
+        None => None,
+    };
+    let prefiltered = types.is_some();
+    let listed = types.map(|types| data.changes_of_types(&types));
+    let visit: Box<dyn Iterator<Item = usize>> = match &listed {
+        Some(list) => Box::new(list.iter().copied()),
+        None => Box::new(0..data.changes.len()),
+    };
+    for i in visit {
+        let change = data.changes[i];
+        data.set_current(i);
+        frame.change.set(frame.changes.get(i));
+        match applies(ctx, frame, r, prefiltered) {
+            Ok(false) => continue,
+            Ok(true) => applied = true,
+            Err(message) => return Outcome::Error { message },
+        }
+        match truth(ctx, frame, &r.check) {
+            Ok(true) => {}
+            Ok(false) => {
+                if let Some(a) = change["address"].as_str() {
+                    addresses.push(a.to_string());
+                }
+                first_message.get_or_insert_with(|| message(ctx, frame, r));
+            }
+            Err(message) => return Outcome::Error { message },
+        }
+    }
+    match (applied, first_message) {
+        (false, _) => Outcome::NotApplicable,
+        (true, None) => Outcome::Pass,
+        (true, Some(message)) => Outcome::Violation { message, addresses },
     }
 }
 

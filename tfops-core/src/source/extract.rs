@@ -239,8 +239,95 @@ impl Extraction<'_> {
         }
     }
 
-    fn entry<R: Read>(&mut self, mut e: tar::Entry<'_, R>) -> Result<(), ExtractError> {
+    /// A symbolic link, whose target must stay inside the destination.
+    fn symlink<R: Read>(
+        &mut self,
+        e: &tar::Entry<'_, R>,
+        path: PathBuf,
+        entry: String,
+        full: &Path,
+    ) -> Result<(), ExtractError> {
         use std::os::unix::ffi::OsStrExt;
+        let target = e
+            .link_name_bytes()
+            .map(|t| t.into_owned())
+            .unwrap_or_default();
+        if !symlink_stays_inside(&path, &target) {
+            return Err(ExtractError::SymlinkEscapes {
+                entry,
+                target: display(&target),
+            });
+        }
+        self.parent_dirs(&path, &entry)?;
+        self.clear(&path, &entry)?;
+        std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), full)
+            .map_err(Self::io(&entry))?;
+        self.files.remove(&path);
+        self.symlinks.insert(path);
+        Ok(())
+    }
+
+    /// A hard link, only to a regular file extracted before it.
+    fn hard_link<R: Read>(
+        &mut self,
+        e: &tar::Entry<'_, R>,
+        path: PathBuf,
+        entry: String,
+        full: &Path,
+    ) -> Result<(), ExtractError> {
+        let target_raw = e
+            .link_name_bytes()
+            .map(|t| t.into_owned())
+            .unwrap_or_default();
+        let target =
+            checked_path(&target_raw, &self.limits).map_err(|_| ExtractError::HardLinkTarget {
+                entry: entry.clone(),
+                target: display(&target_raw),
+            })?;
+        if !self.files.contains(&target) || target == path {
+            return Err(ExtractError::HardLinkTarget {
+                entry,
+                target: display(&target_raw),
+            });
+        }
+        self.parent_dirs(&path, &entry)?;
+        self.clear(&path, &entry)?;
+        fs::hard_link(self.root.join(&target), full).map_err(Self::io(&entry))?;
+        self.files.insert(path);
+        Ok(())
+    }
+
+    /// A regular file, within the size limit, with only its executable bits kept.
+    fn regular<R: Read>(
+        &mut self,
+        e: &mut tar::Entry<'_, R>,
+        path: PathBuf,
+        entry: String,
+        full: &Path,
+    ) -> Result<(), ExtractError> {
+        let size = e.size();
+        self.summary.bytes = self.summary.bytes.saturating_add(size);
+        if self.summary.bytes > self.limits.max_total_bytes {
+            return Err(ExtractError::TooLarge {
+                entry,
+                limit: self.limits.max_total_bytes,
+            });
+        }
+        self.parent_dirs(&path, &entry)?;
+        self.clear(&path, &entry)?;
+        let mode = e.header().mode().unwrap_or(0o644);
+        let mut out = fs::File::create_new(full).map_err(Self::io(&entry))?;
+        io::copy(&mut e.take(size), &mut out).map_err(Self::io(&entry))?;
+        use std::os::unix::fs::PermissionsExt;
+        // Keep only the executable bits; never setuid, setgid or sticky.
+        let perms = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
+        fs::set_permissions(full, fs::Permissions::from_mode(perms)).map_err(Self::io(&entry))?;
+        self.summary.files += 1;
+        self.files.insert(path);
+        Ok(())
+    }
+
+    fn entry<R: Read>(&mut self, mut e: tar::Entry<'_, R>) -> Result<(), ExtractError> {
         self.summary.entries += 1;
         if self.summary.entries > self.limits.max_entries {
             return Err(ExtractError::TooManyEntries {
@@ -279,67 +366,10 @@ impl Extraction<'_> {
             tar::EntryType::Directory => {
                 fs::create_dir_all(&full).map_err(Self::io(&entry))?;
             }
-            tar::EntryType::Symlink => {
-                let target = e
-                    .link_name_bytes()
-                    .map(|t| t.into_owned())
-                    .unwrap_or_default();
-                if !symlink_stays_inside(&path, &target) {
-                    return Err(ExtractError::SymlinkEscapes {
-                        entry,
-                        target: display(&target),
-                    });
-                }
-                self.parent_dirs(&path, &entry)?;
-                self.clear(&path, &entry)?;
-                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), &full)
-                    .map_err(Self::io(&entry))?;
-                self.files.remove(&path);
-                self.symlinks.insert(path);
-            }
-            tar::EntryType::Link => {
-                let target_raw = e
-                    .link_name_bytes()
-                    .map(|t| t.into_owned())
-                    .unwrap_or_default();
-                let target = checked_path(&target_raw, &self.limits).map_err(|_| {
-                    ExtractError::HardLinkTarget {
-                        entry: entry.clone(),
-                        target: display(&target_raw),
-                    }
-                })?;
-                if !self.files.contains(&target) || target == path {
-                    return Err(ExtractError::HardLinkTarget {
-                        entry,
-                        target: display(&target_raw),
-                    });
-                }
-                self.parent_dirs(&path, &entry)?;
-                self.clear(&path, &entry)?;
-                fs::hard_link(self.root.join(&target), &full).map_err(Self::io(&entry))?;
-                self.files.insert(path);
-            }
+            tar::EntryType::Symlink => self.symlink(&e, path, entry, &full)?,
+            tar::EntryType::Link => self.hard_link(&e, path, entry, &full)?,
             tar::EntryType::Regular | tar::EntryType::Continuous => {
-                let size = e.size();
-                self.summary.bytes = self.summary.bytes.saturating_add(size);
-                if self.summary.bytes > self.limits.max_total_bytes {
-                    return Err(ExtractError::TooLarge {
-                        entry,
-                        limit: self.limits.max_total_bytes,
-                    });
-                }
-                self.parent_dirs(&path, &entry)?;
-                self.clear(&path, &entry)?;
-                let mode = e.header().mode().unwrap_or(0o644);
-                let mut out = fs::File::create_new(&full).map_err(Self::io(&entry))?;
-                io::copy(&mut (&mut e).take(size), &mut out).map_err(Self::io(&entry))?;
-                use std::os::unix::fs::PermissionsExt;
-                // Keep only the executable bits; never setuid, setgid or sticky.
-                let perms = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
-                fs::set_permissions(&full, fs::Permissions::from_mode(perms))
-                    .map_err(Self::io(&entry))?;
-                self.summary.files += 1;
-                self.files.insert(path);
+                self.regular(&mut e, path, entry, &full)?;
             }
             _ => {
                 return Err(ExtractError::SpecialFile {

@@ -11,6 +11,8 @@ pub mod health;
 pub mod manifest;
 pub mod output;
 pub mod ports;
+mod report;
+mod request;
 pub mod runner;
 pub mod runners;
 pub mod store;
@@ -20,13 +22,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
-use tfops_core::api::{
-    BackendConfig, ObjectKey, ObjectMeta, TerraformObject, TerraformStatus, annotations,
-};
-use tfops_core::conditions::{self, ConditionStatus, ConditionType};
+use tfops_core::api::{BackendConfig, ObjectKey, ObjectMeta, TerraformObject};
 use tfops_core::ports::{Ports, SystemClock};
 use tfops_core::reconcile::{DependencyState, DependencyView, Driver, DriverError};
+
+pub use report::{ObjectReport, pending_plan};
+pub use request::Request;
 
 use manifest::{Manifest, ManifestError, Manifests};
 use output::Printer;
@@ -87,74 +88,6 @@ pub struct Options {
     pub logs: bool,
 }
 
-/// One object's outcome.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObjectReport {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// `Ready` status (`True`, `False`, `Unknown`, or empty when absent).
-    pub ready: String,
-    /// `Ready` reason.
-    pub reason: String,
-    /// `Ready` message.
-    pub message: String,
-    /// The whole status.
-    pub status: TerraformStatus,
-}
-
-impl ObjectReport {
-    fn of(key: &ObjectKey, status: &TerraformStatus) -> Self {
-        let ready = conditions::find(&status.conditions, ConditionType::Ready);
-        Self {
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
-            ready: ready.map(|c| format!("{:?}", c.status)).unwrap_or_default(),
-            reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
-            message: ready.map(|c| c.message.clone()).unwrap_or_default(),
-            status: status.clone(),
-        }
-    }
-
-    /// Whether `Ready` is `True`.
-    pub fn is_ready(&self) -> bool {
-        self.ready == "True"
-    }
-}
-
-/// A request made to one object before reconciling it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
-    /// Reconcile now (`apply`).
-    Reconcile,
-    /// Only when due (`watch`).
-    WhenDue,
-    /// Approve this plan id.
-    Approve(Option<String>),
-    /// Plan even when nothing changed.
-    Replan,
-    /// Release the reported lock.
-    Unlock,
-    /// Destroy and forget the object.
-    Destroy,
-}
-
-impl Request {
-    /// The command that makes this request, as the state directory's lock names it.
-    fn command(&self) -> String {
-        match self {
-            Request::Reconcile => "tfops local apply".into(),
-            Request::WhenDue => "tfops local watch".into(),
-            Request::Approve(_) => "tfops local approve".into(),
-            Request::Replan => "tfops local replan".into(),
-            Request::Unlock => "tfops local unlock".into(),
-            Request::Destroy => "tfops local destroy".into(),
-        }
-    }
-}
-
 /// Local mode for one command.
 pub struct Local {
     opts: Options,
@@ -162,10 +95,6 @@ pub struct Local {
     manifests: Manifests,
     world: Arc<LocalWorld>,
     runner: tokio::sync::Mutex<Option<Arc<LocalRunners>>>,
-}
-
-fn now_token() -> String {
-    tfops_core::Timestamp::now().to_string()
 }
 
 fn state_dir_for(opts: &Options) -> PathBuf {
@@ -323,59 +252,6 @@ impl Local {
         (deps, dependants)
     }
 
-    fn prepare(&self, m: &Manifest, request: &Request) -> Result<(), LocalError> {
-        let key = &m.key;
-        let mut p = self.persisted(key);
-        match request {
-            Request::WhenDue => {}
-            Request::Reconcile => {
-                p.annotations
-                    .insert(annotations::RECONCILE.into(), now_token());
-            }
-            Request::Approve(id) => {
-                let pending = p.status.plan.pending.clone();
-                if pending.is_empty() {
-                    return Err(LocalError::NoPendingPlan(key.to_string()));
-                }
-                let id = id.clone().unwrap_or_else(|| pending.clone());
-                if id != pending {
-                    return Err(LocalError::StalePlan { given: id, pending });
-                }
-                // A fresh token: an approval counts once, so approving the same id again
-                // (its plan changed) must be a new value.
-                let token = now_token();
-                p.annotations
-                    .insert(annotations::APPROVE.into(), format!("{id}@{token}"));
-                p.annotations.insert(annotations::RECONCILE.into(), token);
-            }
-            Request::Replan => {
-                p.annotations
-                    .insert(annotations::REPLAN.into(), now_token());
-            }
-            Request::Unlock => {
-                if p.status.lock.pending.is_empty() {
-                    return Err(LocalError::NoLock(key.to_string()));
-                }
-                p.annotations.insert(
-                    annotations::FORCE_UNLOCK.into(),
-                    p.status.lock.pending.clone(),
-                );
-                p.annotations
-                    .insert(annotations::RECONCILE.into(), now_token());
-            }
-            Request::Destroy => {
-                p.deletion_requested_at = Some(tfops_core::Timestamp::now());
-            }
-        }
-        self.world.dir.save(key, &p)?;
-        self.world
-            .objects
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key.clone(), p);
-        Ok(())
-    }
-
     /// Reconciles the objects named (all when empty) in dependency order, once each, after
     /// applying `request` to them. Returns a report per object and the shortest requeue.
     ///
@@ -390,28 +266,46 @@ impl Local {
             return Err(LocalError::NoManifests);
         }
         let _taken = self.world.dir.lock(&request.command())?;
-        let order = manifest::order(&self.manifests.objects)?;
-        let selected: Vec<&Manifest> = if names.is_empty() {
-            order.iter().map(|&i| &self.manifests.objects[i]).collect()
-        } else {
-            let wanted: Vec<&Manifest> = names
-                .iter()
-                .map(|n| self.find(n))
-                .collect::<Result<_, _>>()?;
-            order
-                .iter()
-                .map(|&i| &self.manifests.objects[i])
-                .filter(|m| wanted.iter().any(|w| w.key == m.key))
-                .collect()
-        };
+        let selected = self.selected(names)?;
         for m in &selected {
             self.prepare(m, &request)?;
         }
-        let runner = self.runner().await?;
-        let ports = Ports {
+        let driver = Driver::new(self.ports(self.runner().await?));
+        let mut reports = Vec::new();
+        let mut next: Option<Duration> = None;
+        for m in selected {
+            let (report, requeue) = self.reconcile_one(&driver, m).await?;
+            next = match (next, requeue) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            reports.extend(report);
+        }
+        Ok((reports, next))
+    }
+
+    /// The objects named (all when empty), in dependency order.
+    fn selected(&self, names: &[String]) -> Result<Vec<&Manifest>, LocalError> {
+        let order = manifest::order(&self.manifests.objects)?;
+        let in_order = order.iter().map(|&i| &self.manifests.objects[i]);
+        if names.is_empty() {
+            return Ok(in_order.collect());
+        }
+        let wanted: Vec<&Manifest> = names
+            .iter()
+            .map(|n| self.find(n))
+            .collect::<Result<_, _>>()?;
+        Ok(in_order
+            .filter(|m| wanted.iter().any(|w| w.key == m.key))
+            .collect())
+    }
+
+    /// The driver's ports: this machine's world, and `runner`.
+    fn ports(&self, runner: Arc<LocalRunners>) -> Ports {
+        Ports {
             source: self.world.clone(),
             inputs: self.world.clone(),
-            runner: runner.clone(),
+            runner,
             plans: self.world.clone(),
             outputs: self.world.clone(),
             state: self.world.clone(),
@@ -420,48 +314,40 @@ impl Local {
             objects: self.world.clone(),
             clock: Arc::new(SystemClock),
             policies: self.world.clone(),
-        };
-        let driver = Driver::new(ports);
-        let mut reports = Vec::new();
-        let mut next: Option<Duration> = None;
-        let mut failure = None;
-        for m in selected {
-            self.printer.object(&m.key.to_string());
-            let object = self.object(m);
-            let before = object.clone();
-            let (deps, dependants) = self.relations(m);
-            let started = jiff::Timestamp::now();
-            match driver.reconcile(object, deps, dependants).await {
-                Ok(report) => {
-                    let kept = self.world.dir.load(&m.key)?.is_some();
-                    if let Some(entry) = tfops_core::history::entry(&before, &report, started)
-                        && kept
-                    {
-                        self.world.dir.record_run(&m.key, entry)?;
-                    }
-                    if report.records.is_empty() {
-                        self.printer.step("nothing due");
-                    }
-                    next = match (next, report.requeue_after) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
-                    if !kept {
-                        self.printer.step("removed (its Terraform state file is kept unless tfstate.deleteOnDestroy)");
-                        continue;
-                    }
-                    reports.push(ObjectReport::of(&m.key, &report.status));
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
         }
-        if let Some(e) = failure {
-            return Err(e.into());
+    }
+
+    /// Reconciles one object and records the run: its report (none when the object is gone)
+    /// and when it wants to run again.
+    async fn reconcile_one(
+        &self,
+        driver: &Driver,
+        m: &Manifest,
+    ) -> Result<(Option<ObjectReport>, Option<Duration>), LocalError> {
+        self.printer.object(&m.key.to_string());
+        let object = self.object(m);
+        let before = object.clone();
+        let (deps, dependants) = self.relations(m);
+        let started = jiff::Timestamp::now();
+        let report = driver.reconcile(object, deps, dependants).await?;
+        let kept = self.world.dir.load(&m.key)?.is_some();
+        if let Some(entry) = tfops_core::history::entry(&before, &report, started)
+            && kept
+        {
+            self.world.dir.record_run(&m.key, entry)?;
         }
-        Ok((reports, next))
+        if report.records.is_empty() {
+            self.printer.step("nothing due");
+        }
+        if !kept {
+            self.printer
+                .step("removed (its Terraform state file is kept unless tfstate.deleteOnDestroy)");
+            return Ok((None, report.requeue_after));
+        }
+        Ok((
+            Some(ObjectReport::of(&m.key, &report.status)),
+            report.requeue_after,
+        ))
     }
 
     /// The runners (processes start on first use and are kept for the rest of the command).
@@ -488,93 +374,4 @@ impl Local {
             r.stop().await;
         }
     }
-
-    /// The kept status of the objects (all when `name` is `None`).
-    ///
-    /// # Errors
-    /// [`LocalError`].
-    pub fn status(&self, name: Option<&str>) -> Result<Vec<ObjectReport>, LocalError> {
-        let keys: Vec<ObjectKey> = match name {
-            Some(n) => vec![self.find(n).map(|m| m.key.clone()).or_else(|_| {
-                self.world
-                    .dir
-                    .keys()
-                    .into_iter()
-                    .find(|k| k.name == n)
-                    .ok_or_else(|| LocalError::NoSuchObject(n.into()))
-            })?],
-            None => self.world.dir.keys(),
-        };
-        let mut out = Vec::new();
-        for k in keys {
-            if let Some(p) = self.world.dir.load(&k)? {
-                out.push(ObjectReport::of(&k, &p.status));
-            }
-        }
-        Ok(out)
-    }
-
-    /// The last runs of an object, newest first.
-    ///
-    /// # Errors
-    /// [`LocalError`].
-    pub fn history(&self, name: &str) -> Result<Vec<tfops_core::history::RunEntry>, LocalError> {
-        let key = self.find(name).map(|m| m.key.clone())?;
-        Ok(self.world.dir.history(&key)?)
-    }
-
-    /// The readable form of the pending plan.
-    ///
-    /// # Errors
-    /// [`LocalError::NoPendingPlan`].
-    pub fn plan_text(&self, name: &str) -> Result<String, LocalError> {
-        let key = self.find(name).map(|m| m.key.clone())?;
-        if self.persisted(&key).status.plan.pending.is_empty() {
-            return Err(LocalError::NoPendingPlan(key.to_string()));
-        }
-        std::fs::read_to_string(self.world.dir.plan_dir(&key).join("readable.txt"))
-            .map_err(|_| LocalError::NoPendingPlan(key.to_string()))
-    }
-
-    /// Prints reports as a table (or JSON), returns whether every object is Ready.
-    pub fn print(&self, reports: &[ObjectReport]) -> bool {
-        if self.opts.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(reports).unwrap_or_else(|_| "[]".into())
-            );
-        } else {
-            let mut rows = vec![vec![
-                "OBJECT".to_string(),
-                "READY".into(),
-                "REASON".into(),
-                "MESSAGE".into(),
-            ]];
-            for r in reports {
-                let ready = match r.ready.as_str() {
-                    "True" => self.printer.paint("32", "True"),
-                    "False" => self.printer.paint("31", "False"),
-                    other => self
-                        .printer
-                        .paint("33", if other.is_empty() { "-" } else { other }),
-                };
-                rows.push(vec![
-                    format!("{}/{}", r.namespace, r.name),
-                    ready,
-                    r.reason.clone(),
-                    r.message.clone(),
-                ]);
-            }
-            println!();
-            self.printer.table(&rows);
-        }
-        reports.iter().all(ObjectReport::is_ready)
-    }
-}
-
-/// Whether the status says a run is waiting for approval (for messages).
-pub fn pending_plan(status: &TerraformStatus) -> Option<&str> {
-    let ready = conditions::find(&status.conditions, ConditionType::Ready)?;
-    (ready.status == ConditionStatus::Unknown && !status.plan.pending.is_empty())
-        .then_some(status.plan.pending.as_str())
 }

@@ -1,6 +1,6 @@
 //! Expressions compiled for the fast evaluator, with their names resolved.
 
-use cel::common::ast::{Expr, LiteralValue, operators};
+use cel::common::ast::{ComprehensionExpr, Expr, LiteralValue, SelectExpr, operators};
 use cel::parser::Expression;
 
 use super::value::{CHANGE_FIELDS, CREATE, DELETE, Text, UPDATE, V};
@@ -154,98 +154,111 @@ fn strip(e: &mut Expression) -> bool {
     false
 }
 
+fn literal(l: &LiteralValue) -> Option<V<'static>> {
+    Some(match l {
+        LiteralValue::Boolean(b) => V::Bool(*b.inner()),
+        LiteralValue::Int(i) => V::Int(*i.inner()),
+        LiteralValue::UInt(u) => V::Uint(*u.inner()),
+        LiteralValue::Double(d) => V::Double(*d.inner()),
+        LiteralValue::String(s) => V::Str(Text::from(s.inner().to_string())),
+        LiteralValue::Null => V::Null,
+        LiteralValue::Bytes(_) => return None,
+    })
+}
+
+/// A name: a comprehension's local, a policy variable, or one of the names every expression
+/// has.
+fn ident(name: &str, names: &Names<'_>) -> Option<Node> {
+    if let Some(i) = names.locals.iter().rposition(|l| l == name) {
+        return Some(Node::Local(i));
+    }
+    if let Some(i) = names.variables.iter().position(|v| v == name) {
+        return Some(Node::Var(i));
+    }
+    Some(Node::Builtin(match name {
+        "plan" => Builtin::Plan,
+        "object" => Builtin::Object,
+        "change" if names.resource => Builtin::Change,
+        "changes" => Builtin::List(ChangeList::All),
+        "changed" => Builtin::List(ChangeList::Changed),
+        "creates" => Builtin::List(ChangeList::Creates),
+        "updates" => Builtin::List(ChangeList::Updates),
+        "deletes" => Builtin::List(ChangeList::Deletes),
+        "replaces" => Builtin::List(ChangeList::Replaces),
+        _ => return None,
+    }))
+}
+
 /// Compiles `e`, or `None` when it uses something this evaluator leaves to the interpreter.
 pub(in crate::policy) fn compile(e: &Expression, names: &mut Names<'_>) -> Option<Node> {
     Some(match &e.expr {
-        Expr::Literal(l) => Node::Lit(match l {
-            LiteralValue::Boolean(b) => V::Bool(*b.inner()),
-            LiteralValue::Int(i) => V::Int(*i.inner()),
-            LiteralValue::UInt(u) => V::Uint(*u.inner()),
-            LiteralValue::Double(d) => V::Double(*d.inner()),
-            LiteralValue::String(s) => V::Str(Text::from(s.inner().to_string())),
-            LiteralValue::Null => V::Null,
-            LiteralValue::Bytes(_) => return None,
-        }),
-        Expr::Ident(name) => {
-            if let Some(i) = names.locals.iter().rposition(|l| l == name) {
-                Node::Local(i)
-            } else if let Some(i) = names.variables.iter().position(|v| v == name) {
-                Node::Var(i)
-            } else {
-                Node::Builtin(match name.as_str() {
-                    "plan" => Builtin::Plan,
-                    "object" => Builtin::Object,
-                    "change" if names.resource => Builtin::Change,
-                    "changes" => Builtin::List(ChangeList::All),
-                    "changed" => Builtin::List(ChangeList::Changed),
-                    "creates" => Builtin::List(ChangeList::Creates),
-                    "updates" => Builtin::List(ChangeList::Updates),
-                    "deletes" => Builtin::List(ChangeList::Deletes),
-                    "replaces" => Builtin::List(ChangeList::Replaces),
-                    _ => return None,
-                })
-            }
-        }
-        Expr::Select(s) => {
-            let operand = boxed(compile(&s.operand, names)?);
-            if s.test {
-                Node::Has(operand, s.field.clone())
-            } else {
-                let slot = CHANGE_FIELDS
-                    .iter()
-                    .position(|f| *f == s.field)
-                    .map(|i| i as u8);
-                match *operand {
-                    // `change.after.tags`: one node reading the path in place.
-                    Node::Builtin(Builtin::Change) if slot.is_some_and(|s| s >= 4) => {
-                        Node::ChangePath(slot.unwrap_or_default(), Vec::new())
-                    }
-                    Node::ChangePath(slot, mut keys) => {
-                        keys.push(s.field.clone());
-                        Node::ChangePath(slot, keys)
-                    }
-                    operand => Node::Select(Box::new(operand), s.field.clone(), slot),
-                }
-            }
-        }
+        Expr::Literal(l) => Node::Lit(literal(l)?),
+        Expr::Ident(name) => ident(name, names)?,
+        Expr::Select(s) => select(s, names)?,
         Expr::List(l) if l.optional_indices.is_empty() => Node::List(
             l.elements
                 .iter()
                 .map(|x| compile(x, names))
                 .collect::<Option<_>>()?,
         ),
-        Expr::Comprehension(c) if c.iter_var2.is_none() => {
-            let range = boxed(compile(&c.iter_range, names)?);
-            let init = boxed(compile(&c.accu_init, names)?);
-            let depth = names.locals.len();
-            names.locals.push(c.iter_var.clone());
-            names.locals.push(c.accu_var.clone());
-            let body = (|| {
-                let cond = boxed(compile(&c.loop_cond, names)?);
-                let step = boxed(compile(&c.loop_step, names)?);
-                Some((cond, step))
-            })();
-            // The result sees the accumulator but not the loop variable; keep the slot
-            // numbering by leaving the loop variable's slot in place, renamed out of reach.
-            names.locals[depth] = String::new();
-            let result = compile(&c.result, names).map(boxed);
-            names.locals.truncate(depth);
-            let (cond, step) = body?;
-            Node::Comprehension {
-                range,
-                iter: depth,
-                accu: depth + 1,
-                init,
-                cond,
-                step,
-                result: result?,
-            }
-        }
+        Expr::Comprehension(c) if c.iter_var2.is_none() => comprehension(c, names)?,
         Expr::Call(call) => {
             return compile_call(&call.func_name, call.target.as_deref(), &call.args, names);
         }
         // Map literals, bytes and two-variable comprehensions are left to the interpreter.
         _ => return None,
+    })
+}
+
+/// `x.field`, or `has(x.field)`; a path into the current change is read in place.
+fn select(s: &SelectExpr, names: &mut Names<'_>) -> Option<Node> {
+    let operand = boxed(compile(&s.operand, names)?);
+    if s.test {
+        return Some(Node::Has(operand, s.field.clone()));
+    }
+    let slot = CHANGE_FIELDS
+        .iter()
+        .position(|f| *f == s.field)
+        .map(|i| i as u8);
+    Some(match *operand {
+        // `change.after.tags`: one node reading the path in place.
+        Node::Builtin(Builtin::Change) if slot.is_some_and(|s| s >= 4) => {
+            Node::ChangePath(slot.unwrap_or_default(), Vec::new())
+        }
+        Node::ChangePath(slot, mut keys) => {
+            keys.push(s.field.clone());
+            Node::ChangePath(slot, keys)
+        }
+        operand => Node::Select(Box::new(operand), s.field.clone(), slot),
+    })
+}
+
+/// A one-variable comprehension (`all`, `exists`, `map`, `filter`, …, as CEL expands them).
+fn comprehension(c: &ComprehensionExpr, names: &mut Names<'_>) -> Option<Node> {
+    let range = boxed(compile(&c.iter_range, names)?);
+    let init = boxed(compile(&c.accu_init, names)?);
+    let depth = names.locals.len();
+    names.locals.push(c.iter_var.clone());
+    names.locals.push(c.accu_var.clone());
+    let body = (|| {
+        let cond = boxed(compile(&c.loop_cond, names)?);
+        let step = boxed(compile(&c.loop_step, names)?);
+        Some((cond, step))
+    })();
+    // The result sees the accumulator but not the loop variable; keep the slot numbering by
+    // leaving the loop variable's slot in place, renamed out of reach.
+    names.locals[depth] = String::new();
+    let result = compile(&c.result, names).map(boxed);
+    names.locals.truncate(depth);
+    let (cond, step) = body?;
+    Some(Node::Comprehension {
+        range,
+        iter: depth,
+        accu: depth + 1,
+        init,
+        cond,
+        step,
+        result: result?,
     })
 }
 

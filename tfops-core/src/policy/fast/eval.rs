@@ -141,33 +141,12 @@ fn logic<'a>(
 pub(super) fn eval<'a>(n: &Node, f: &Frame<'_, 'a>, locals: &mut Vec<V<'a>>) -> Option<V<'a>> {
     Some(match n {
         Node::Lit(v) => v.clone(),
-        Node::Builtin(b) => match b {
-            Builtin::Plan => from_json(f.plan),
-            Builtin::Object => from_json(f.spec),
-            Builtin::Change => V::Change(f.change.get()?),
-            Builtin::List(which) => V::Changes(f.list(*which)),
-        },
+        Node::Builtin(b) => builtin(*b, f)?,
         Node::Var(i) => f.variables.get(*i)?.clone()?,
         Node::Local(i) => locals.get(*i)?.clone(),
         Node::Select(operand, field, slot) => select(&eval(operand, f, locals)?, field, *slot)?,
-        Node::ChangePath(slot, keys) => {
-            let c = f.change.get()?;
-            let mut v = match slot {
-                4 => c.actions,
-                5 => c.before,
-                _ => c.after,
-            };
-            for key in keys {
-                v = v.as_object()?.get(key)?;
-            }
-            from_json(v)
-        }
-        Node::Has(operand, field) => match eval(operand, f, locals)? {
-            V::Json(serde_json::Value::Object(fields)) => {
-                V::Bool(fields.contains_key(field.as_str()))
-            }
-            _ => return None,
-        },
+        Node::ChangePath(slot, keys) => change_path(f, *slot, keys)?,
+        Node::Has(operand, field) => V::Bool(has(&eval(operand, f, locals)?, field)?),
         Node::List(items) => V::List(Rc::new(
             items
                 .iter()
@@ -176,14 +155,8 @@ pub(super) fn eval<'a>(n: &Node, f: &Frame<'_, 'a>, locals: &mut Vec<V<'a>>) -> 
         )),
         Node::And(a, b) => logic(a, b, false, f, locals)?,
         Node::Or(a, b) => logic(a, b, true, f, locals)?,
-        Node::IsBool(a) => match eval(a, f, locals)? {
-            V::Bool(x) => V::Bool(x),
-            _ => return None,
-        },
-        Node::Not(a) => match eval(a, f, locals)? {
-            V::Bool(x) => V::Bool(!x),
-            _ => return None,
-        },
+        Node::IsBool(a) => V::Bool(boolean(eval(a, f, locals)?)?),
+        Node::Not(a) => V::Bool(!boolean(eval(a, f, locals)?)?),
         Node::NotStrictlyFalse(a) => match eval(a, f, locals) {
             Some(V::Bool(x)) => V::Bool(x),
             Some(_) => V::Bool(true),
@@ -195,141 +168,32 @@ pub(super) fn eval<'a>(n: &Node, f: &Frame<'_, 'a>, locals: &mut Vec<V<'a>>) -> 
             V::Bool(false) => eval(b, f, locals)?,
             _ => return None,
         },
-        Node::Cmp(op, a, b) => {
-            let (a, b) = (eval(a, f, locals)?, eval(b, f, locals)?);
-            V::Bool(match op {
-                Cmp::Eq => equal(&a, &b)?,
-                Cmp::Ne => !equal(&a, &b)?,
-                _ => {
-                    let ord = match (&a, &b) {
-                        (V::Int(x), V::Int(y)) => x.cmp(y),
-                        (V::Uint(x), V::Uint(y)) => x.cmp(y),
-                        (V::Double(x), V::Double(y)) => x.partial_cmp(y)?,
-                        (V::Str(x), V::Str(y)) => x.cmp(y),
-                        _ => return None,
-                    };
-                    match op {
-                        Cmp::Lt => ord.is_lt(),
-                        Cmp::Le => ord.is_le(),
-                        Cmp::Gt => ord.is_gt(),
-                        _ => ord.is_ge(),
-                    }
-                }
-            })
-        }
-        Node::Arith(op, a, b) => {
-            let (a, b) = (eval(a, f, locals)?, eval(b, f, locals)?);
-            match (op, a, b) {
-                (Arith::Add, V::Int(x), V::Int(y)) => V::Int(x.checked_add(y)?),
-                (Arith::Sub, V::Int(x), V::Int(y)) => V::Int(x.checked_sub(y)?),
-                (Arith::Mul, V::Int(x), V::Int(y)) => V::Int(x.checked_mul(y)?),
-                (Arith::Div, V::Int(x), V::Int(y)) => V::Int(x.checked_div(y)?),
-                (Arith::Mod, V::Int(x), V::Int(y)) => V::Int(x.checked_rem(y)?),
-                (Arith::Add, V::Str(x), V::Str(y)) => V::Str(Text::from(format!("{}{}", &*x, &*y))),
-                _ => return None,
-            }
-        }
+        Node::Cmp(op, a, b) => V::Bool(compare(*op, &eval(a, f, locals)?, &eval(b, f, locals)?)?),
+        Node::Arith(op, a, b) => arith(*op, eval(a, f, locals)?, eval(b, f, locals)?)?,
         Node::Neg(a) => match eval(a, f, locals)? {
             V::Int(x) => V::Int(x.checked_neg()?),
             _ => return None,
         },
-        Node::Index(a, i) => {
-            let (a, i) = (eval(a, f, locals)?, eval(i, f, locals)?);
-            match (&a, &i) {
-                (V::Json(serde_json::Value::Object(_)) | V::Change(_), V::Str(k)) => {
-                    let slot = CHANGE_FIELDS
-                        .iter()
-                        .position(|f| *f == &**k)
-                        .map(|i| i as u8);
-                    select(&a, k, slot)?
-                }
-                (_, V::Int(k)) => {
-                    let k = usize::try_from(*k).ok()?;
-                    match &a {
-                        V::List(items) => items.get(k)?.clone(),
-                        V::Json(serde_json::Value::Array(items)) => from_json(items.get(k)?),
-                        V::Changes(items) => V::Change(items.get(k)?),
-                        _ => return None,
-                    }
-                }
-                _ => return None,
-            }
-        }
+        Node::Index(a, i) => index(&eval(a, f, locals)?, &eval(i, f, locals)?)?,
         Node::In(x, container) => {
-            let (x, container) = (eval(x, f, locals)?, eval(container, f, locals)?);
-            V::Bool(match &container {
-                V::Json(serde_json::Value::Object(fields)) => match &x {
-                    V::Str(k) => fields.contains_key(&**k),
-                    _ => return None,
-                },
-                V::Json(serde_json::Value::Array(items)) => {
-                    let mut found = false;
-                    for item in items {
-                        if equal(&x, &from_json(item))? {
-                            found = true;
-                            break;
-                        }
-                    }
-                    found
-                }
-                V::List(items) => {
-                    let mut found = false;
-                    for item in items.iter() {
-                        if equal(&x, item)? {
-                            found = true;
-                            break;
-                        }
-                    }
-                    found
-                }
-                _ => return None,
-            })
+            let x = eval(x, f, locals)?;
+            V::Bool(contains(&eval(container, f, locals)?, &x)?)
         }
         Node::Size(a) => V::Int(i64::try_from(len(&eval(a, f, locals)?)?).ok()?),
-        Node::StrTest(op, s, arg) => match (eval(s, f, locals)?, eval(arg, f, locals)?) {
-            (V::Str(s), V::Str(arg)) => V::Bool(match op {
-                StrTest::Contains => s.contains(&*arg),
-                StrTest::StartsWith => s.starts_with(&*arg),
-                StrTest::EndsWith => s.ends_with(&*arg),
-            }),
-            _ => return None,
-        },
-        Node::Str(a) => match eval(a, f, locals)? {
-            V::Str(s) => V::Str(s),
-            V::Int(i) => V::Str(Text::from(i.to_string())),
-            V::Uint(u) => V::Str(Text::from(u.to_string())),
-            _ => return None,
-        },
+        Node::StrTest(op, s, arg) => {
+            let s = eval(s, f, locals)?;
+            V::Bool(str_test(*op, s, eval(arg, f, locals)?)?)
+        }
+        Node::Str(a) => string(eval(a, f, locals)?)?,
         Node::ChangeHas(flags, c) => match eval(c, f, locals)? {
             V::Change(c) => V::Bool(c.flags & flags == *flags),
             _ => return None,
         },
-        Node::Join(list, separator) => {
-            let separator = match separator {
-                Some(s) => match eval(s, f, locals)? {
-                    V::Str(s) => s,
-                    _ => return None,
-                },
-                None => Text::Borrowed(""),
-            };
-            let mut out = String::new();
-            for (i, item) in elements(&eval(list, f, locals)?)?.iter().enumerate() {
-                let V::Str(s) = item else {
-                    return None;
-                };
-                if i > 0 {
-                    out.push_str(&separator);
-                }
-                out.push_str(s);
-            }
-            V::Str(Text::from(out))
+        Node::Join(list, separator) => join(list, separator.as_deref(), f, locals)?,
+        Node::OfType(list, ty) => {
+            let list = eval(list, f, locals)?;
+            of_type(list, eval(ty, f, locals)?)?
         }
-        Node::OfType(list, ty) => match (eval(list, f, locals)?, eval(ty, f, locals)?) {
-            (V::Changes(items), V::Str(ty)) => V::Changes(Rc::new(
-                items.iter().copied().filter(|c| c.ty == &*ty).collect(),
-            )),
-            _ => return None,
-        },
         Node::Comprehension {
             range,
             iter,
@@ -339,31 +203,245 @@ pub(super) fn eval<'a>(n: &Node, f: &Frame<'_, 'a>, locals: &mut Vec<V<'a>>) -> 
             step,
             result,
         } => {
-            let range = eval(range, f, locals)?;
-            let count = match &range {
-                V::List(_) | V::Json(serde_json::Value::Array(_)) | V::Changes(_) => len(&range)?,
-                _ => return None,
+            let body = Loop {
+                iter: *iter,
+                accu: *accu,
+                init,
+                cond,
+                step,
+                result,
             };
-            let init = eval(init, f, locals)?;
-            if locals.len() != *iter {
-                return None;
-            }
-            locals.push(V::Null);
-            locals.push(init);
-            let out = (|| {
-                for i in 0..count {
-                    locals[*iter] = element(&range, i)?;
-                    match eval(cond, f, locals)? {
-                        V::Bool(true) => {}
-                        V::Bool(false) => break,
-                        _ => return None,
-                    }
-                    locals[*accu] = eval(step, f, locals)?;
-                }
-                eval(result, f, locals)
-            })();
-            locals.truncate(*iter);
-            out?
+            comprehension(&eval(range, f, locals)?, &body, f, locals)?
         }
     })
+}
+
+/// `change.before.x.y`, read in place from the current change.
+fn change_path<'a>(f: &Frame<'_, 'a>, slot: u8, keys: &[String]) -> Option<V<'a>> {
+    let c = f.change.get()?;
+    let mut v = match slot {
+        4 => c.actions,
+        5 => c.before,
+        _ => c.after,
+    };
+    for key in keys {
+        v = v.as_object()?.get(key)?;
+    }
+    Some(from_json(v))
+}
+
+/// `a op b` for the comparisons.
+fn compare(op: Cmp, a: &V<'_>, b: &V<'_>) -> Option<bool> {
+    Some(match op {
+        Cmp::Eq => equal(a, b)?,
+        Cmp::Ne => !equal(a, b)?,
+        _ => {
+            let ord = match (a, b) {
+                (V::Int(x), V::Int(y)) => x.cmp(y),
+                (V::Uint(x), V::Uint(y)) => x.cmp(y),
+                (V::Double(x), V::Double(y)) => x.partial_cmp(y)?,
+                (V::Str(x), V::Str(y)) => x.cmp(y),
+                _ => return None,
+            };
+            match op {
+                Cmp::Lt => ord.is_lt(),
+                Cmp::Le => ord.is_le(),
+                Cmp::Gt => ord.is_gt(),
+                _ => ord.is_ge(),
+            }
+        }
+    })
+}
+
+/// `a op b` for the arithmetic on integers, and `+` on strings; overflow is the
+/// interpreter's.
+fn arith<'a>(op: Arith, a: V<'a>, b: V<'a>) -> Option<V<'a>> {
+    Some(match (op, a, b) {
+        (Arith::Add, V::Int(x), V::Int(y)) => V::Int(x.checked_add(y)?),
+        (Arith::Sub, V::Int(x), V::Int(y)) => V::Int(x.checked_sub(y)?),
+        (Arith::Mul, V::Int(x), V::Int(y)) => V::Int(x.checked_mul(y)?),
+        (Arith::Div, V::Int(x), V::Int(y)) => V::Int(x.checked_div(y)?),
+        (Arith::Mod, V::Int(x), V::Int(y)) => V::Int(x.checked_rem(y)?),
+        (Arith::Add, V::Str(x), V::Str(y)) => V::Str(Text::from(format!("{}{}", &*x, &*y))),
+        _ => return None,
+    })
+}
+
+/// `a[i]`: a field of an object or change by name, an item of a list by position.
+fn index<'a>(a: &V<'a>, i: &V<'a>) -> Option<V<'a>> {
+    match (a, i) {
+        (V::Json(serde_json::Value::Object(_)) | V::Change(_), V::Str(k)) => {
+            let slot = CHANGE_FIELDS
+                .iter()
+                .position(|f| *f == &**k)
+                .map(|i| i as u8);
+            select(a, k, slot)
+        }
+        (_, V::Int(k)) => {
+            let k = usize::try_from(*k).ok()?;
+            match a {
+                V::List(items) => items.get(k).cloned(),
+                V::Json(serde_json::Value::Array(items)) => items.get(k).map(from_json),
+                V::Changes(items) => items.get(k).map(|c| V::Change(c)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// `x in container`: a key of an object, an item of a list.
+fn contains(container: &V<'_>, x: &V<'_>) -> Option<bool> {
+    match container {
+        V::Json(serde_json::Value::Object(fields)) => match x {
+            V::Str(k) => Some(fields.contains_key(&**k)),
+            _ => None,
+        },
+        V::Json(serde_json::Value::Array(items)) => {
+            for item in items {
+                if equal(x, &from_json(item))? {
+                    return Some(true);
+                }
+            }
+            Some(false)
+        }
+        V::List(items) => {
+            for item in items.iter() {
+                if equal(x, item)? {
+                    return Some(true);
+                }
+            }
+            Some(false)
+        }
+        _ => None,
+    }
+}
+
+/// `list.join()` and `list.join(separator)` over strings.
+fn join<'a>(
+    list: &Node,
+    separator: Option<&Node>,
+    f: &Frame<'_, 'a>,
+    locals: &mut Vec<V<'a>>,
+) -> Option<V<'a>> {
+    let separator = match separator {
+        Some(s) => match eval(s, f, locals)? {
+            V::Str(s) => s,
+            _ => return None,
+        },
+        None => Text::Borrowed(""),
+    };
+    let mut out = String::new();
+    for (i, item) in elements(&eval(list, f, locals)?)?.iter().enumerate() {
+        let V::Str(s) = item else {
+            return None;
+        };
+        if i > 0 {
+            out.push_str(&separator);
+        }
+        out.push_str(s);
+    }
+    Some(V::Str(Text::from(out)))
+}
+
+/// The parts of a comprehension besides its range.
+struct Loop<'n> {
+    iter: usize,
+    accu: usize,
+    init: &'n Node,
+    cond: &'n Node,
+    step: &'n Node,
+    result: &'n Node,
+}
+
+/// A comprehension over `range`: its loop variable and accumulator are locals `iter` and
+/// `accu`, pushed for the loop and popped after.
+fn comprehension<'a>(
+    range: &V<'a>,
+    body: &Loop<'_>,
+    f: &Frame<'_, 'a>,
+    locals: &mut Vec<V<'a>>,
+) -> Option<V<'a>> {
+    let count = match range {
+        V::List(_) | V::Json(serde_json::Value::Array(_)) | V::Changes(_) => len(range)?,
+        _ => return None,
+    };
+    let init = eval(body.init, f, locals)?;
+    if locals.len() != body.iter {
+        return None;
+    }
+    locals.push(V::Null);
+    locals.push(init);
+    let out = (|| {
+        for i in 0..count {
+            locals[body.iter] = element(range, i)?;
+            match eval(body.cond, f, locals)? {
+                V::Bool(true) => {}
+                V::Bool(false) => break,
+                _ => return None,
+            }
+            locals[body.accu] = eval(body.step, f, locals)?;
+        }
+        eval(body.result, f, locals)
+    })();
+    locals.truncate(body.iter);
+    out
+}
+
+/// One of the names every expression has.
+fn builtin<'a>(b: Builtin, f: &Frame<'_, 'a>) -> Option<V<'a>> {
+    Some(match b {
+        Builtin::Plan => from_json(f.plan),
+        Builtin::Object => from_json(f.spec),
+        Builtin::Change => V::Change(f.change.get()?),
+        Builtin::List(which) => V::Changes(f.list(which)),
+    })
+}
+
+/// `s.contains(arg)`, `s.startsWith(arg)`, `s.endsWith(arg)` on strings.
+fn str_test(op: StrTest, s: V<'_>, arg: V<'_>) -> Option<bool> {
+    match (s, arg) {
+        (V::Str(s), V::Str(arg)) => Some(match op {
+            StrTest::Contains => s.contains(&*arg),
+            StrTest::StartsWith => s.starts_with(&*arg),
+            StrTest::EndsWith => s.ends_with(&*arg),
+        }),
+        _ => None,
+    }
+}
+
+/// `string(x)` of a string or an integer.
+fn string(v: V<'_>) -> Option<V<'_>> {
+    Some(match v {
+        V::Str(s) => V::Str(s),
+        V::Int(i) => V::Str(Text::from(i.to_string())),
+        V::Uint(u) => V::Str(Text::from(u.to_string())),
+        _ => return None,
+    })
+}
+
+/// `changes.ofType(type)`: the changes of one resource type.
+fn of_type<'a>(list: V<'a>, ty: V<'a>) -> Option<V<'a>> {
+    match (list, ty) {
+        (V::Changes(items), V::Str(ty)) => Some(V::Changes(Rc::new(
+            items.iter().copied().filter(|c| c.ty == &*ty).collect(),
+        ))),
+        _ => None,
+    }
+}
+
+/// `has(x.field)` on an object.
+fn has(v: &V<'_>, field: &str) -> Option<bool> {
+    match v {
+        V::Json(serde_json::Value::Object(fields)) => Some(fields.contains_key(field)),
+        _ => None,
+    }
+}
+
+/// A boolean, or `None` for the interpreter to say what else is.
+fn boolean(v: V<'_>) -> Option<bool> {
+    match v {
+        V::Bool(x) => Some(x),
+        _ => None,
+    }
 }

@@ -9,8 +9,10 @@
 //! `plan.x`, `object.x`) is `dyn`, checked when the plan is evaluated. A definite mistake is an
 //! error naming the expression; anything that could hold on some plan passes.
 
-use cel::common::ast::{EntryExpr, Expr, LiteralValue, operators};
+use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, LiteralValue, MapExpr};
 use cel::parser::Expression;
+
+mod operators;
 
 /// A CEL type as far as the checker knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,11 +112,7 @@ fn qualified_name(e: &Expression) -> Option<Vec<String>> {
     }
 }
 
-fn is_numeric(t: &Ty) -> bool {
-    matches!(t, Ty::Int | Ty::Uint | Ty::Double)
-}
-
-fn join(a: Ty, b: Ty) -> Ty {
+pub(super) fn join(a: Ty, b: Ty) -> Ty {
     match (a, b) {
         (a, b) if a == b => a,
         (Ty::Null, x) | (x, Ty::Null) => x,
@@ -123,30 +121,21 @@ fn join(a: Ty, b: Ty) -> Ty {
     }
 }
 
-fn type_err<T>(message: String) -> Result<T, Problem> {
+/// The type of a list's items: their types joined (`dyn` for an empty list).
+fn joined(items: impl Iterator<Item = Result<Ty, Problem>>) -> Result<Ty, Problem> {
+    let mut elem: Option<Ty> = None;
+    for t in items {
+        let t = t?;
+        elem = Some(match elem {
+            None => t,
+            Some(prev) => join(prev, t),
+        });
+    }
+    Ok(elem.unwrap_or(Ty::Dyn))
+}
+
+pub(super) fn type_err<T>(message: String) -> Result<T, Problem> {
     Err(Problem::Type(message))
-}
-
-/// Whether `==` between the two can ever be true.
-fn comparable(a: &Ty, b: &Ty) -> bool {
-    match (a, b) {
-        (Ty::Dyn, _) | (_, Ty::Dyn) | (Ty::Null, _) | (_, Ty::Null) => true,
-        (a, b) if is_numeric(a) && is_numeric(b) => true,
-        (Ty::List(a), Ty::List(b)) => comparable(a, b),
-        (Ty::Map(..), Ty::Map(..)) | (Ty::Change, Ty::Map(..)) | (Ty::Map(..), Ty::Change) => true,
-        (a, b) => a == b,
-    }
-}
-
-fn orderable(a: &Ty, b: &Ty) -> bool {
-    match (a, b) {
-        (Ty::Dyn, x) | (x, Ty::Dyn) => !matches!(
-            x,
-            Ty::List(_) | Ty::Map(..) | Ty::Change | Ty::Null | Ty::Bool
-        ),
-        (a, b) if is_numeric(a) && is_numeric(b) => true,
-        (a, b) => a == b && matches!(a, Ty::String | Ty::Bytes | Ty::Duration | Ty::Timestamp),
-    }
 }
 
 impl Checker<'_> {
@@ -202,99 +191,103 @@ impl Checker<'_> {
                 self.select(&operand, &s.field)
             }
             Expr::List(l) => {
-                let mut elem: Option<Ty> = None;
-                for item in &l.elements {
-                    let t = self.check(item)?;
-                    elem = Some(match elem {
-                        None => t,
-                        Some(prev) => join(prev, t),
-                    });
-                }
-                Ok(Ty::List(Box::new(elem.unwrap_or(Ty::Dyn))))
+                let items = l.elements.iter().map(|item| self.check(item));
+                Ok(Ty::List(Box::new(joined(items)?)))
             }
-            Expr::Map(m) => {
-                let (mut key, mut value): (Option<Ty>, Option<Ty>) = (None, None);
-                for entry in &m.entries {
-                    if let EntryExpr::MapEntry(me) = &entry.expr {
-                        let (k, v) = (self.check(&me.key)?, self.check(&me.value)?);
-                        key = Some(key.map_or(k.clone(), |p| join(p, k)));
-                        value = Some(value.map_or(v.clone(), |p| join(p, v)));
-                    }
-                }
-                Ok(Ty::Map(
-                    Box::new(key.unwrap_or(Ty::Dyn)),
-                    Box::new(value.unwrap_or(Ty::Dyn)),
-                ))
-            }
+            Expr::Map(m) => self.map(m),
             Expr::Struct(_) => Ok(Ty::Dyn),
-            Expr::Comprehension(c) => {
-                let range = self.check(&c.iter_range)?;
-                let (first, second) = match &range {
-                    Ty::List(e) => (Ty::Int, (**e).clone()),
-                    Ty::Map(k, v) => ((**k).clone(), (**v).clone()),
-                    Ty::Dyn => (Ty::Dyn, Ty::Dyn),
-                    other => return type_err(format!("cannot iterate over {other}")),
-                };
-                let init = self.check(&c.accu_init)?;
-                let depth = self.names.len();
-                match &c.iter_var2 {
-                    // Two variables: index (or key) and element (or value).
-                    Some(v2) => {
-                        self.bind(&c.iter_var, first);
-                        self.bind(v2, second);
-                    }
-                    // One: the element of a list, the key of a map.
-                    None => {
-                        let one = if matches!(range, Ty::List(_)) {
-                            second
-                        } else {
-                            first
-                        };
-                        self.bind(&c.iter_var, one);
-                    }
-                }
-                self.bind(&c.accu_var, init.clone());
-                let result = (|| {
-                    self.check(&c.loop_cond)?;
-                    let step = self.check(&c.loop_step)?;
-                    // `map` and `filter` start from `[]`: the steps say what the list holds.
-                    let accu = match (&init, step) {
-                        (Ty::List(e), step @ Ty::List(_)) if **e == Ty::Dyn => step,
-                        (_, step) => join(init.clone(), step),
-                    };
-                    self.bind(&c.accu_var, accu);
-                    self.check(&c.result)
-                })();
-                self.names.truncate(depth);
-                result
+            Expr::Comprehension(c) => self.comprehension(c),
+            Expr::Call(call) => self.check_call(call),
+        }
+    }
+
+    /// A comprehension: its variables bound to what the range holds, the accumulator to what
+    /// the steps make of it.
+    fn comprehension(&mut self, c: &ComprehensionExpr) -> Result<Ty, Problem> {
+        let range = self.check(&c.iter_range)?;
+        let (first, second) = match &range {
+            Ty::List(e) => (Ty::Int, (**e).clone()),
+            Ty::Map(k, v) => ((**k).clone(), (**v).clone()),
+            Ty::Dyn => (Ty::Dyn, Ty::Dyn),
+            other => return type_err(format!("cannot iterate over {other}")),
+        };
+        let init = self.check(&c.accu_init)?;
+        let depth = self.names.len();
+        match &c.iter_var2 {
+            // Two variables: index (or key) and element (or value).
+            Some(v2) => {
+                self.bind(&c.iter_var, first);
+                self.bind(v2, second);
             }
-            Expr::Call(call) => {
-                // `math.greatest(..)`: a namespaced function, not a method of a variable `math`.
-                if let Some(t) = call.target.as_deref()
-                    && let Some(segments) = qualified_name(t)
-                    && FUNCTION_NAMESPACES.contains(&segments[0].as_str())
-                    && self.lookup(&segments[0]).is_err()
-                {
-                    let name = format!("{}.{}", segments.join("."), call.func_name);
-                    if !(self.function_exists)(&name) {
-                        return Err(Problem::UnknownFunction(name));
-                    }
-                    let args = call
-                        .args
-                        .iter()
-                        .map(|a| self.check(a))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    return self.call(&name, None, args);
-                }
-                let target = call.target.as_deref().map(|t| self.check(t)).transpose()?;
-                let args = call
-                    .args
-                    .iter()
-                    .map(|a| self.check(a))
-                    .collect::<Result<Vec<_>, _>>()?;
-                self.call(&call.func_name, target, args)
+            // One: the element of a list, the key of a map.
+            None => {
+                let one = if matches!(range, Ty::List(_)) {
+                    second
+                } else {
+                    first
+                };
+                self.bind(&c.iter_var, one);
             }
         }
+        self.bind(&c.accu_var, init.clone());
+        let result = (|| {
+            self.check(&c.loop_cond)?;
+            let step = self.check(&c.loop_step)?;
+            // `map` and `filter` start from `[]`: the steps say what the list holds.
+            let accu = match (&init, step) {
+                (Ty::List(e), step @ Ty::List(_)) if **e == Ty::Dyn => step,
+                (_, step) => join(init.clone(), step),
+            };
+            self.bind(&c.accu_var, accu);
+            self.check(&c.result)
+        })();
+        self.names.truncate(depth);
+        result
+    }
+
+    /// A function call; `math.greatest(..)` is a namespaced function, not a method of a
+    /// variable `math`.
+    fn check_call(&mut self, call: &CallExpr) -> Result<Ty, Problem> {
+        // `math.greatest(..)`: a namespaced function, not a method of a variable `math`.
+        if let Some(t) = call.target.as_deref()
+            && let Some(segments) = qualified_name(t)
+            && FUNCTION_NAMESPACES.contains(&segments[0].as_str())
+            && self.lookup(&segments[0]).is_err()
+        {
+            let name = format!("{}.{}", segments.join("."), call.func_name);
+            if !(self.function_exists)(&name) {
+                return Err(Problem::UnknownFunction(name));
+            }
+            let args = call
+                .args
+                .iter()
+                .map(|a| self.check(a))
+                .collect::<Result<Vec<_>, _>>()?;
+            return self.call(&name, None, args);
+        }
+        let target = call.target.as_deref().map(|t| self.check(t)).transpose()?;
+        let args = call
+            .args
+            .iter()
+            .map(|a| self.check(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.call(&call.func_name, target, args)
+    }
+
+    /// A map literal: its key and value types joined over the entries.
+    fn map(&mut self, m: &MapExpr) -> Result<Ty, Problem> {
+        let (mut key, mut value): (Option<Ty>, Option<Ty>) = (None, None);
+        for entry in &m.entries {
+            if let EntryExpr::MapEntry(me) = &entry.expr {
+                let (k, v) = (self.check(&me.key)?, self.check(&me.value)?);
+                key = Some(key.map_or(k.clone(), |p| join(p, k)));
+                value = Some(value.map_or(v.clone(), |p| join(p, v)));
+            }
+        }
+        Ok(Ty::Map(
+            Box::new(key.unwrap_or(Ty::Dyn)),
+            Box::new(value.unwrap_or(Ty::Dyn)),
+        ))
     }
 
     fn select(&self, operand: &Ty, field: &str) -> Result<Ty, Problem> {
@@ -315,10 +308,9 @@ impl Checker<'_> {
     }
 
     fn call(&self, name: &str, target: Option<Ty>, args: Vec<Ty>) -> Result<Ty, Problem> {
-        let bool_operand = |t: &Ty, op: &str| match t {
-            Ty::Bool | Ty::Dyn => Ok(()),
-            other => type_err(format!("{op} needs bool operands, not {other}")),
-        };
+        if let Some(ty) = operators::operator(name, &args) {
+            return ty;
+        }
         // The receiver of a function that may be called as a method or with it first.
         let (recv, rest): (Option<Ty>, &[Ty]) = match target {
             Some(t) => (Some(t), &args[..]),
@@ -327,115 +319,7 @@ impl Checker<'_> {
                 None => (None, &args[..]),
             },
         };
-        let two = || (args.first().cloned(), args.get(1).cloned());
         match name {
-            operators::LOGICAL_AND | operators::LOGICAL_OR => {
-                let op = if name == operators::LOGICAL_AND {
-                    "&&"
-                } else {
-                    "||"
-                };
-                for a in &args {
-                    bool_operand(a, op)?;
-                }
-                Ok(Ty::Bool)
-            }
-            operators::LOGICAL_NOT => {
-                bool_operand(args.first().unwrap_or(&Ty::Dyn), "!")?;
-                Ok(Ty::Bool)
-            }
-            operators::NOT_STRICTLY_FALSE => {
-                bool_operand(args.first().unwrap_or(&Ty::Dyn), "the macro's predicate")?;
-                Ok(Ty::Bool)
-            }
-            operators::CONDITIONAL => {
-                bool_operand(args.first().unwrap_or(&Ty::Dyn), "?:")?;
-                let (_, a) = two();
-                Ok(join(
-                    a.unwrap_or(Ty::Dyn),
-                    args.get(2).cloned().unwrap_or(Ty::Dyn),
-                ))
-            }
-            operators::EQUALS | operators::NOT_EQUALS => match two() {
-                (Some(a), Some(b)) if !comparable(&a, &b) => type_err(format!(
-                    "comparing {a} with {b} is never equal (convert one side)"
-                )),
-                _ => Ok(Ty::Bool),
-            },
-            operators::LESS
-            | operators::LESS_EQUALS
-            | operators::GREATER
-            | operators::GREATER_EQUALS => match two() {
-                (Some(a), Some(b)) if !orderable(&a, &b) => {
-                    type_err(format!("cannot order {a} against {b}"))
-                }
-                _ => Ok(Ty::Bool),
-            },
-            operators::ADD => match two() {
-                (Some(Ty::Dyn), _) | (_, Some(Ty::Dyn)) => Ok(Ty::Dyn),
-                (Some(Ty::List(a)), Some(Ty::List(b))) => {
-                    Ok(Ty::List(Box::new(if *a == Ty::Dyn {
-                        *b
-                    } else if *b == Ty::Dyn {
-                        *a
-                    } else {
-                        join(*a, *b)
-                    })))
-                }
-                (Some(a), Some(b))
-                    if a == b
-                        && matches!(
-                            a,
-                            Ty::Int | Ty::Uint | Ty::Double | Ty::String | Ty::Bytes | Ty::Duration
-                        ) =>
-                {
-                    Ok(a)
-                }
-                (Some(Ty::Timestamp), Some(Ty::Duration))
-                | (Some(Ty::Duration), Some(Ty::Timestamp)) => Ok(Ty::Timestamp),
-                (Some(a), Some(b)) => type_err(format!(
-                    "cannot add {a} and {b}{}",
-                    if a == Ty::String || b == Ty::String {
-                        " (convert with string())"
-                    } else {
-                        ""
-                    }
-                )),
-                _ => Ok(Ty::Dyn),
-            },
-            operators::SUBSTRACT | operators::MULTIPLY | operators::DIVIDE | operators::MODULO => {
-                match two() {
-                    (Some(Ty::Dyn), _) | (_, Some(Ty::Dyn)) => Ok(Ty::Dyn),
-                    (Some(a), Some(b)) if a == b && is_numeric(&a) => Ok(a),
-                    (Some(Ty::Timestamp), Some(Ty::Timestamp)) if name == operators::SUBSTRACT => {
-                        Ok(Ty::Duration)
-                    }
-                    (Some(a), Some(b)) => type_err(format!("arithmetic on {a} and {b}")),
-                    _ => Ok(Ty::Dyn),
-                }
-            }
-            operators::NEGATE => match args.first() {
-                Some(t @ (Ty::Int | Ty::Double | Ty::Dyn)) => Ok(t.clone()),
-                Some(other) => type_err(format!("cannot negate {other}")),
-                None => Ok(Ty::Dyn),
-            },
-            operators::INDEX => match two() {
-                (Some(Ty::List(e)), Some(Ty::Int | Ty::Uint | Ty::Dyn)) => Ok(*e),
-                (Some(Ty::List(_)), Some(i)) => {
-                    type_err(format!("a list index must be an int, not {i}"))
-                }
-                (Some(Ty::Map(_, v)), _) => Ok(*v),
-                (Some(Ty::Change), Some(Ty::String | Ty::Dyn)) | (Some(Ty::Dyn), _) => Ok(Ty::Dyn),
-                (Some(other), _) => type_err(format!("cannot index {other}")),
-                _ => Ok(Ty::Dyn),
-            },
-            operators::IN => match args.get(1) {
-                Some(Ty::List(_) | Ty::Map(..) | Ty::Change | Ty::Dyn) | None => Ok(Ty::Bool),
-                Some(other) => type_err(format!(
-                    "`in` needs a list or a map on its right, not {other}"
-                )),
-            },
-            operators::OPT_INDEX | operators::OPT_SELECT => Ok(Ty::Dyn),
             "size" => match recv {
                 Some(Ty::String | Ty::Bytes | Ty::List(_) | Ty::Map(..) | Ty::Change | Ty::Dyn) => {
                     Ok(Ty::Int)
