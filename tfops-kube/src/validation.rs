@@ -60,29 +60,9 @@ fn duration(schema: &mut Value, path: &[&str]) {
     }
 }
 
-/// Adds the rules to the structural schema of `spec`.
-pub fn add_to_spec(spec: &mut Value) {
-    duration(spec, &["interval"]);
-    duration(spec, &["retryInterval"]);
-    duration(spec, &["healthChecks", "[]", "timeout"]);
-    if let Some(node) = at(spec, &["healthChecks"]) {
-        // (Bounded so that the API server can bound the cost of the rules inside.)
-        node["maxItems"] = json!(64);
-    }
-
-    let plan_id = format!("^plan-[a-z0-9]([-a-z0-9.]*[a-z0-9])?-[0-9a-f]{{{PLAN_ID_SHA_LEN}}}$");
-    if let Some(node) = at(spec, &["approvePlan"]) {
-        node["maxLength"] = json!(MAX_LABEL);
-        add_rules(
-            node,
-            vec![rule(
-                &format!("self == '' || self == 'auto' || self.matches('{plan_id}')"),
-                "must be empty (approve each plan by its id), `auto`, or a plan id like plan-main-0123456789 (copy status.plan.pending)",
-                None,
-            )],
-        );
-    }
-
+/// The rules of `spec.sourceRef`: a URL, revision fields that fit the source's kind, one
+/// revision at most, each well formed.
+fn source_rules(spec: &mut Value) {
     if let Some(source) = at(spec, &["sourceRef"]) {
         add_rules(
             source,
@@ -155,6 +135,32 @@ pub fn add_to_spec(spec: &mut Value) {
             }
         }
     }
+}
+
+/// Adds the rules to the structural schema of `spec`.
+pub fn add_to_spec(spec: &mut Value) {
+    duration(spec, &["interval"]);
+    duration(spec, &["retryInterval"]);
+    duration(spec, &["healthChecks", "[]", "timeout"]);
+    if let Some(node) = at(spec, &["healthChecks"]) {
+        // (Bounded so that the API server can bound the cost of the rules inside.)
+        node["maxItems"] = json!(64);
+    }
+
+    let plan_id = format!("^plan-[a-z0-9]([-a-z0-9.]*[a-z0-9])?-[0-9a-f]{{{PLAN_ID_SHA_LEN}}}$");
+    if let Some(node) = at(spec, &["approvePlan"]) {
+        node["maxLength"] = json!(MAX_LABEL);
+        add_rules(
+            node,
+            vec![rule(
+                &format!("self == '' || self == 'auto' || self.matches('{plan_id}')"),
+                "must be empty (approve each plan by its id), `auto`, or a plan id like plan-main-0123456789 (copy status.plan.pending)",
+                None,
+            )],
+        );
+    }
+
+    source_rules(spec);
 
     add_rules(
         spec,

@@ -237,7 +237,7 @@ pub trait RunnerSession: Send {
     /// runner Pod writes them into the object's namespace as its ServiceAccount, so that
     /// output values never pass through the controller). The driver then asks it
     /// ([`RunnerSession::save_plan`], [`RunnerSession::delete_plan`],
-    /// [`RunnerSession::write_outputs`]) instead of [`Ports::plans`] and [`Ports::outputs`].
+    /// [`RunnerSession::write_outputs`]) instead of [`super::Ports::plans`] and [`super::Ports::outputs`].
     fn writes_for_object(&self) -> bool {
         false
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
-use tfops_core::api::{Binary, RunnerRole, TerraformObject};
+use tfops_core::api::{Binary, PodTemplateSpec, RunnerRole, RunnerSpec, TerraformObject};
 use tfops_core::naming;
 
 use crate::meta::{LABEL_OBJECT, MANAGED_BY, owner_reference};
@@ -120,7 +120,61 @@ pub fn runner_pod(
     } else {
         runner.image.clone()
     };
-    let mut labels = template.metadata.labels.clone();
+    let labels = labels(object, &template.metadata.labels, role);
+    let pod_name = object.runner_pod_name(role);
+    let host = naming::runner_host(&meta.namespace, &pod_name);
+    let mut annotations = template.metadata.annotations.clone();
+    annotations.insert(ANNOTATION_TLS_VERSION.into(), tls_version.into());
+
+    let mut mounts = vec![
+        json!({"name": "tls", "mountPath": TLS_DIR, "readOnly": true}),
+        json!({"name": "tmp", "mountPath": "/tmp"}),
+        json!({"name": "home", "mountPath": "/home/runner"}),
+    ];
+    mounts.extend(values(&t.volume_mounts));
+    let mut volumes = vec![
+        json!({"name": "tls", "secret": {"secretName": naming::RUNNER_TLS_SECRET, "defaultMode": 0o400}}),
+        json!({"name": "tmp", "emptyDir": {}}),
+        json!({"name": "home", "emptyDir": {}}),
+    ];
+    volumes.extend(values(&t.volumes));
+    let grace = runner.termination_grace_period_seconds.max(0);
+    let container = container(runner, settings, image, &host, mounts, grace);
+    let mut spec = json!({
+        // The TLS Secret's files are 0400: a kubelet makes them readable by the runner (UID
+        // and GID 65532) only through the volume's group, which `fsGroup` sets.
+        "securityContext": {"fsGroup": 65532},
+        "hostname": host,
+        "serviceAccountName": runner.service_account_name,
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": grace,
+        "containers": [container],
+        "volumes": volumes,
+        "enableServiceLinks": false,
+    });
+    optional_fields(&mut spec, t);
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": object.runner_pod_name(role),
+            "namespace": meta.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(&meta.name, &meta.uid)],
+        },
+        "spec": spec,
+    }))
+}
+
+/// The Pod's labels: the template's, then tfops' own.
+fn labels(
+    object: &TerraformObject,
+    template: &BTreeMap<String, String>,
+    role: RunnerRole,
+) -> BTreeMap<String, String> {
+    let meta = &object.metadata;
+    let mut labels = template.clone();
     labels.extend([
         (
             "app.kubernetes.io/name".to_string(),
@@ -135,11 +189,12 @@ pub fn runner_pod(
             naming::shorten(&meta.name, naming::MAX_LABEL),
         ),
     ]);
-    let pod_name = object.runner_pod_name(role);
-    let host = naming::runner_host(&meta.namespace, &pod_name);
-    let mut annotations = template.metadata.annotations.clone();
-    annotations.insert(ANNOTATION_TLS_VERSION.into(), tls_version.into());
+    labels
+}
 
+/// The runner's environment: who and where it is, the manager's proxy settings, then the
+/// template's.
+fn environment(settings: &PodSettings, t: &PodTemplateSpec, host: &str) -> Vec<Value> {
     let mut env = vec![
         json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
         json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
@@ -159,19 +214,21 @@ pub fn runner_pod(
             .iter()
             .map(|e| serde_json::to_value(e).unwrap_or(Value::Null)),
     );
-    let mut mounts = vec![
-        json!({"name": "tls", "mountPath": TLS_DIR, "readOnly": true}),
-        json!({"name": "tmp", "mountPath": "/tmp"}),
-        json!({"name": "home", "mountPath": "/home/runner"}),
-    ];
-    mounts.extend(values(&t.volume_mounts));
-    let mut volumes = vec![
-        json!({"name": "tls", "secret": {"secretName": naming::RUNNER_TLS_SECRET, "defaultMode": 0o400}}),
-        json!({"name": "tmp", "emptyDir": {}}),
-        json!({"name": "home", "emptyDir": {}}),
-    ];
-    volumes.extend(values(&t.volumes));
-    let grace = runner.termination_grace_period_seconds.max(0);
+    env
+}
+
+/// The runner container: its arguments, ports, environment, mounts and the hardened security
+/// context (unless the template gives one).
+fn container(
+    runner: &RunnerSpec,
+    settings: &PodSettings,
+    image: String,
+    host: &str,
+    mounts: Vec<Value>,
+    grace: i64,
+) -> Value {
+    let t = &runner.pod_template.spec;
+    let env = environment(settings, t, host);
     let mut args = vec![
         "--grpc-port".to_string(),
         settings.grpc_port.to_string(),
@@ -204,18 +261,11 @@ pub fn runner_pod(
     if let Some(r) = &t.resources {
         container["resources"] = r.0.clone();
     }
-    let mut spec = json!({
-        // The TLS Secret's files are 0400: a kubelet makes them readable by the runner (UID
-        // and GID 65532) only through the volume's group, which `fsGroup` sets.
-        "securityContext": {"fsGroup": 65532},
-        "hostname": host,
-        "serviceAccountName": runner.service_account_name,
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": grace,
-        "containers": [container],
-        "volumes": volumes,
-        "enableServiceLinks": false,
-    });
+    container
+}
+
+/// The template's optional Pod fields, set only when given.
+fn optional_fields(spec: &mut Value, t: &PodTemplateSpec) {
     let optional = [
         (
             "initContainers",
@@ -251,18 +301,6 @@ pub fn runner_pod(
     if let Some(a) = &t.affinity {
         spec["affinity"] = a.0.clone();
     }
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": object.runner_pod_name(role),
-            "namespace": meta.namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(&meta.name, &meta.uid)],
-        },
-        "spec": spec,
-    }))
 }
 
 #[cfg(test)]

@@ -204,34 +204,8 @@ pub fn read(files: &[PathBuf]) -> Result<Manifests, ManifestError> {
                 ("v1", "Secret") | ("v1", "ConfigMap") => {
                     let doc: DataDoc =
                         serde_yaml_ng::from_value(value).map_err(|e| invalid(e.to_string()))?;
-                    let mut data = BTreeMap::new();
-                    for (k, v) in doc.data {
-                        // Secret data is base64 and may be binary (a keystore for a file
-                        // mapping); whether a value must be text is decided where it is used.
-                        let value = if header.kind == "Secret" {
-                            base64::engine::general_purpose::STANDARD
-                                .decode(v.trim())
-                                .map_err(|e| {
-                                    invalid(format!(
-                                        "Secret {}: data.{k} is not base64: {e}",
-                                        doc.metadata.name
-                                    ))
-                                })?
-                        } else {
-                            v.into_bytes()
-                        };
-                        data.insert(k, value);
-                    }
-                    data.extend(
-                        doc.string_data
-                            .into_iter()
-                            .map(|(k, v)| (k, v.into_bytes())),
-                    );
-                    let ns = doc
-                        .metadata
-                        .namespace
-                        .unwrap_or_else(|| DEFAULT_NAMESPACE.into());
-                    out.data.insert((ns, doc.metadata.name), data);
+                    let (key, data) = data_of(header.kind == "Secret", doc, &invalid)?;
+                    out.data.insert(key, data);
                 }
                 (api_version, kind) => {
                     return Err(ManifestError::UnsupportedKind {
@@ -245,6 +219,46 @@ pub fn read(files: &[PathBuf]) -> Result<Manifests, ManifestError> {
         }
     }
     Ok(out)
+}
+
+/// A Secret's or ConfigMap's data under its (namespace, name).
+type NamedData = ((String, String), BTreeMap<String, Vec<u8>>);
+
+/// A Secret's or ConfigMap's data, decoded (a Secret's is base64 and may be binary), under
+/// its namespace and name.
+fn data_of(
+    secret: bool,
+    doc: DataDoc,
+    invalid: &dyn Fn(String) -> ManifestError,
+) -> Result<NamedData, ManifestError> {
+    let mut data = BTreeMap::new();
+    for (k, v) in doc.data {
+        // Secret data is base64 and may be binary (a keystore for a file mapping); whether a
+        // value must be text is decided where it is used.
+        let value = if secret {
+            base64::engine::general_purpose::STANDARD
+                .decode(v.trim())
+                .map_err(|e| {
+                    invalid(format!(
+                        "Secret {}: data.{k} is not base64: {e}",
+                        doc.metadata.name
+                    ))
+                })?
+        } else {
+            v.into_bytes()
+        };
+        data.insert(k, value);
+    }
+    data.extend(
+        doc.string_data
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes())),
+    );
+    let ns = doc
+        .metadata
+        .namespace
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.into());
+    Ok(((ns, doc.metadata.name), data))
 }
 
 fn nth_document<T: serde::de::DeserializeOwned>(

@@ -110,26 +110,8 @@ impl LocalRunner {
         env: &[(String, String)],
         identity: String,
     ) -> Result<Self, RunnerStartError> {
-        let now = SystemTime::now();
-        let day = Duration::from_secs(86_400);
-        let pki = Pki::new(now, day, day, Duration::from_secs(3600))
-            .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
-        let secret = pki
-            .runner_secret("local", now)
-            .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
-        let client = pki
-            .client(now)
-            .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
-        let tls_dir = tempfile::tempdir().map_err(|e| RunnerStartError::Tls(e.to_string()))?;
+        let (tls_dir, tls) = session_tls()?;
         let home = tempfile::tempdir().map_err(|e| RunnerStartError::Process(e.to_string()))?;
-        for (name, content) in [
-            ("ca.crt", &secret.ca_crt),
-            ("tls.crt", &secret.tls_crt),
-            ("tls.key", &secret.tls_key),
-        ] {
-            std::fs::write(tls_dir.path().join(name), content)
-                .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
-        }
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
@@ -161,35 +143,8 @@ impl LocalRunner {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| RunnerStartError::Process(e.to_string()))?;
-        let tls = ClientTls {
-            ca_bundle: pki.trust_bundle(),
-            cert: client.cert,
-            key: client.key,
-            server_name: runner_server_name("local"),
-        };
         let endpoint = format!("https://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if RunnerClient::connect(&endpoint, &tls).await.is_ok() {
-                break;
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err).await;
-                }
-                return Err(RunnerStartError::Process(format!(
-                    "it exited ({status}): {}",
-                    err.trim()
-                )));
-            }
-            if Instant::now() > deadline {
-                return Err(RunnerStartError::Process(
-                    "it did not accept connections within 20 s".into(),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_ready(&mut child, &endpoint, &tls).await?;
         Ok(Self {
             child: tokio::sync::Mutex::new(child),
             endpoint,
@@ -402,4 +357,66 @@ impl Narrated {
         }
         result
     }
+}
+
+/// A CA made for this session, the runner's certificate written where it reads it (`tls_dir`),
+/// and the client's side.
+fn session_tls() -> Result<(tempfile::TempDir, ClientTls), RunnerStartError> {
+    let now = SystemTime::now();
+    let day = Duration::from_secs(86_400);
+    let pki = Pki::new(now, day, day, Duration::from_secs(3600))
+        .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
+    let secret = pki
+        .runner_secret("local", now)
+        .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
+    let client = pki
+        .client(now)
+        .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
+    let tls_dir = tempfile::tempdir().map_err(|e| RunnerStartError::Tls(e.to_string()))?;
+    for (name, content) in [
+        ("ca.crt", &secret.ca_crt),
+        ("tls.crt", &secret.tls_crt),
+        ("tls.key", &secret.tls_key),
+    ] {
+        std::fs::write(tls_dir.path().join(name), content)
+            .map_err(|e| RunnerStartError::Tls(e.to_string()))?;
+    }
+    let tls = ClientTls {
+        ca_bundle: pki.trust_bundle(),
+        cert: client.cert,
+        key: client.key,
+        server_name: runner_server_name("local"),
+    };
+    Ok((tls_dir, tls))
+}
+
+/// Waits until the runner accepts connections, at most 20 s; an exit says why from its stderr.
+async fn wait_ready(
+    child: &mut tokio::process::Child,
+    endpoint: &str,
+    tls: &ClientTls,
+) -> Result<(), RunnerStartError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if RunnerClient::connect(endpoint, tls).await.is_ok() {
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err).await;
+            }
+            return Err(RunnerStartError::Process(format!(
+                "it exited ({status}): {}",
+                err.trim()
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(RunnerStartError::Process(
+                "it did not accept connections within 20 s".into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
 }
