@@ -1,5 +1,5 @@
 -- Argo CD health of a tfops Terraform object, from its Ready condition (docs/argocd.md,
--- "Argo CD health"). The same mapping as tfops_core::conditions::health; a test runs both on testdata/.
+-- "Argo CD health"). The same mapping as tfops_core::health::health; a test runs both on testdata/.
 -- Argo CD runs this with gopher-lua and only the base, table, package and os libraries: no
 -- string or math functions here.
 local hs = {}
