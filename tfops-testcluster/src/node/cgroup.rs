@@ -66,16 +66,45 @@ pub fn prepare(uid: &str, limit: Option<u64>) -> Option<PathBuf> {
 }
 
 /// Sets the memory limit of the Pod's cgroup (as an in-place resize does); whether it took.
+///
+/// An OOM kill then takes the whole Pod at once, as a kubelet's does on cgroup v2
+/// (`memory.oom.group`). cgroup v1 has no such switch, so there the kernel's OOM killer is
+/// turned off for the group: a process reaching the limit waits in the kernel (`under_oom`),
+/// and the agent kills every process of the group ([`under_oom`], [`kill_all`]). Killing the
+/// largest process alone would leave Terraform time to write its state and release its lock,
+/// which a real OOM kill never gives.
 pub fn set_limit(uid: &str, limit: u64) -> bool {
     let Some((dir, v1)) = dir(uid) else {
         return false;
     };
-    let file = if v1 {
-        "memory.limit_in_bytes"
+    let (file, group) = if v1 {
+        ("memory.limit_in_bytes", ("memory.oom_control", "1"))
     } else {
-        "memory.max"
+        ("memory.max", ("memory.oom.group", "1"))
     };
-    std::fs::write(dir.join(file), limit.to_string()).is_ok()
+    let set = std::fs::write(dir.join(file), limit.to_string()).is_ok();
+    let _ = std::fs::write(dir.join(group.0), group.1);
+    set
+}
+
+/// Whether a process of the Pod's cgroup (or of a group below it) waits at the memory limit
+/// with the OOM killer turned off (cgroup v1, see [`set_limit`]): the Pod is out of memory.
+pub fn under_oom(uid: &str) -> bool {
+    let Some((dir, true)) = dir(uid) else {
+        return false;
+    };
+    let under = |dir: &std::path::Path| {
+        std::fs::read_to_string(dir.join("memory.oom_control"))
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.trim() == "under_oom 1")
+    };
+    under(&dir)
+        || std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|c| c.path().is_dir() && under(&c.path()))
 }
 
 /// The Pod's cgroup as a container runtime's `--cgroup-parent` names it (relative to the

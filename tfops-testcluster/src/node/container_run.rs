@@ -309,15 +309,15 @@ impl ContainerRun<'_> {
     }
 }
 
-/// Kills the whole container once the OOM killer has killed any process of it, as a kubelet
-/// on cgroup v2 does (`memory.oom.group`, where the kernel kills them all at once); notes that
-/// it did. Polls every 10 ms and kills the processes directly: through podman alone, the
+/// Kills the whole container once it is out of memory (a process waits at the limit,
+/// [`cgroup::under_oom`], or the OOM killer killed one), as a kubelet on cgroup v2 does
+/// (`memory.oom.group`, where the kernel kills them all at once); notes that it did. Polls every 10 ms and kills the processes directly: through podman alone, the
 /// container's other processes would go on for a tenth of a second or more (time for
 /// Terraform to write its state and release its lock, which a real OOM kill never gives).
 async fn oom_group_kill(uid: String, name: String, before: u64, seen: Arc<AtomicBool>) {
     loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        if cgroup::oom_kills(&uid) > before {
+        if cgroup::under_oom(&uid) || cgroup::oom_kills(&uid) > before {
             cgroup::kill_all(&uid);
             seen.store(true, Ordering::SeqCst);
             let _ = tokio::task::spawn_blocking(move || podman::kill(&name, "KILL")).await;

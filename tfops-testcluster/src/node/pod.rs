@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -147,7 +147,7 @@ pub(super) async fn cordoned(context: &Context, state: &State) -> bool {
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(context.client.clone());
     match nodes.get(&context.node).await {
         Ok(n) => n.spec.and_then(|s| s.unschedulable).unwrap_or(false),
-        Err(_) => state.cordoned.load(std::sync::atomic::Ordering::SeqCst),
+        Err(_) => state.cordoned.load(Ordering::SeqCst),
     }
 }
 
@@ -471,7 +471,8 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
             },
         );
         let oom_before = super::cgroup::oom_kills(&uid);
-        let oom_group = tokio::spawn(oom_group_kill(uid.clone(), pid, oom_before));
+        let oom = Arc::new(AtomicBool::new(false));
+        let oom_group = tokio::spawn(oom_group_kill(uid.clone(), pid, oom_before, oom.clone()));
         let ready_at_once = container["ports"].as_array().is_none_or(|p| p.is_empty());
         patch_status(
             &context,
@@ -541,7 +542,7 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
         };
         let reason = if code == 0 {
             "Completed"
-        } else if super::cgroup::oom_kills(&uid) > oom_before {
+        } else if oom.load(Ordering::SeqCst) || super::cgroup::oom_kills(&uid) > oom_before {
             "OOMKilled"
         } else {
             "Error"
@@ -815,15 +816,17 @@ impl Init<'_> {
     }
 }
 
-/// Kills the whole container once the OOM killer has killed any process of it, as a kubelet
-/// on cgroup v2 does (`memory.oom.group`, its default since 1.28): the container is then
-/// reported `OOMKilled`. (cgroup v1 has no such switch: without this only the largest process
-/// would die.) Polls the cgroup's OOM kill count every 50 ms.
-async fn oom_group_kill(uid: String, pid: i32, before: u64) {
+/// Kills the whole container once it is out of memory, as a kubelet on cgroup v2 does
+/// (`memory.oom.group`, its default since 1.28): a process waits at the limit
+/// ([`super::cgroup::under_oom`], cgroup v1) or the OOM killer killed one (v2 kills the group
+/// itself). Notes that it did, for the `OOMKilled` reason. Polls every 10 ms.
+async fn oom_group_kill(uid: String, pid: i32, before: u64, seen: Arc<AtomicBool>) {
     loop {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if super::cgroup::oom_kills(&uid) > before {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if super::cgroup::under_oom(&uid) || super::cgroup::oom_kills(&uid) > before {
+            super::cgroup::kill_all(&uid);
             kill_group(pid);
+            seen.store(true, Ordering::SeqCst);
             return;
         }
     }
@@ -832,7 +835,7 @@ async fn oom_group_kill(uid: String, pid: i32, before: u64) {
 /// Whether a container of the Pod `uid` must not start now: the agent stopped, or the Pod
 /// was deleted (or is being deleted) while it was being prepared.
 pub(super) fn may_not_start(state: &State, uid: &str) -> bool {
-    state.stopped.load(std::sync::atomic::Ordering::SeqCst) || lock(&state.deleted).contains(uid)
+    state.stopped.load(Ordering::SeqCst) || lock(&state.deleted).contains(uid)
 }
 
 /// Whether the Pod `ns/name` with `uid` is gone or being deleted.
