@@ -1,5 +1,5 @@
 //! The driver: performs the decided steps through the ports until the decision is `Done`
-//! (each step is performed in [`super::steps`]).
+//! (each step is performed in `perform/`).
 //!
 //! This module only performs IO; every choice is made by [`super::decide`].
 
