@@ -248,10 +248,7 @@ impl Extraction<'_> {
         full: &Path,
     ) -> Result<(), ExtractError> {
         use std::os::unix::ffi::OsStrExt;
-        let target = e
-            .link_name_bytes()
-            .map(|t| t.into_owned())
-            .unwrap_or_default();
+        let target = link_name(e);
         if !symlink_stays_inside(&path, &target) {
             return Err(ExtractError::SymlinkEscapes {
                 entry,
@@ -275,10 +272,7 @@ impl Extraction<'_> {
         entry: String,
         full: &Path,
     ) -> Result<(), ExtractError> {
-        let target_raw = e
-            .link_name_bytes()
-            .map(|t| t.into_owned())
-            .unwrap_or_default();
+        let target_raw = link_name(e);
         let target =
             checked_path(&target_raw, &self.limits).map_err(|_| ExtractError::HardLinkTarget {
                 entry: entry.clone(),
@@ -380,6 +374,13 @@ impl Extraction<'_> {
         }
         Ok(())
     }
+}
+
+/// The target a link entry names, as written (empty when it names none).
+fn link_name<R: Read>(e: &tar::Entry<'_, R>) -> Vec<u8> {
+    e.link_name_bytes()
+        .map(|t| t.into_owned())
+        .unwrap_or_default()
 }
 
 /// Extracts the tar + gzip `archive` into `destination`, which must not exist yet (or be an
