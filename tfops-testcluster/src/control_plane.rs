@@ -165,6 +165,64 @@ fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
+/// How many times a server starts again on other ports after a clash.
+const PORT_ATTEMPTS: u32 = 4;
+
+/// Whether `e` is a server that could not bind its port: another socket took it after
+/// [`free_port`] found it free.
+fn port_clash(e: &Error) -> bool {
+    matches!(e, Error::Exited { log, .. } if log.contains("address already in use"))
+}
+
+/// Starts etcd on free ports (again on others after a clash) and waits until it is healthy;
+/// gives its client URL.
+async fn start_etcd(
+    etcd: &Path,
+    path: &Path,
+    processes: &mut Vec<Process>,
+) -> Result<String, Error> {
+    let mut attempt = 0;
+    loop {
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let etcd_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let data = path.join(format!("etcd-{attempt}"));
+        std::fs::create_dir_all(&data)?;
+        processes.push(Process::start(
+            "etcd",
+            etcd,
+            &[
+                arg("name", "default"),
+                arg("data-dir", data.display()),
+                arg("listen-client-urls", &etcd_url),
+                arg("advertise-client-urls", &etcd_url),
+                arg("listen-peer-urls", &peer_url),
+                arg("initial-advertise-peer-urls", &peer_url),
+                arg("initial-cluster", format!("default={peer_url}")),
+                arg("listen-metrics-urls", "http://127.0.0.1:0"),
+                // Tests never need their data after a crash; fsync is most of a write's cost.
+                "--unsafe-no-fsync".to_string(),
+                arg("log-level", "warn"),
+            ],
+            &path.join("etcd.log"),
+        )?);
+        let healthy = wait_until(processes, || async {
+            http_get(client_port, "/health")
+                .await
+                .is_some_and(|b| b.contains("\"health\":\"true\""))
+        })
+        .await;
+        match healthy {
+            Ok(()) => return Ok(etcd_url),
+            Err(e) if port_clash(&e) && attempt < PORT_ATTEMPTS => {
+                attempt += 1;
+                processes.pop();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> std::io::Result<PathBuf> {
     let path = dir.join(name);
     std::fs::write(&path, text)?;
@@ -225,92 +283,78 @@ impl TestCluster {
         let policy = write(path, "audit-policy.yaml", audit::POLICY)?;
 
         let mut processes = Vec::new();
-        let (client_port, peer_port) = (free_port()?, free_port()?);
-        let etcd_url = format!("http://127.0.0.1:{client_port}");
-        let peer_url = format!("http://127.0.0.1:{peer_port}");
-        std::fs::create_dir_all(path.join("etcd"))?;
-        processes.push(Process::start(
-            "etcd",
-            &etcd,
-            &[
-                arg("name", "default"),
-                arg("data-dir", path.join("etcd").display()),
-                arg("listen-client-urls", &etcd_url),
-                arg("advertise-client-urls", &etcd_url),
-                arg("listen-peer-urls", &peer_url),
-                arg("initial-advertise-peer-urls", &peer_url),
-                arg("initial-cluster", format!("default={peer_url}")),
-                arg("listen-metrics-urls", "http://127.0.0.1:0"),
-                // Tests never need their data after a crash; fsync is most of a write's cost.
-                "--unsafe-no-fsync".to_string(),
-                arg("log-level", "warn"),
-            ],
-            &path.join("etcd.log"),
-        )?);
-        wait_until(&mut processes, || async {
-            http_get(client_port, "/health")
-                .await
-                .is_some_and(|b| b.contains("\"health\":\"true\""))
-        })
-        .await?;
+        let etcd_url = start_etcd(&etcd, path, &mut processes).await?;
 
-        let port = free_port()?;
-        let server = format!("https://127.0.0.1:{port}");
-        processes.push(Process::start(
-            "kube-apiserver",
-            &apiserver,
-            &[
-                arg("etcd-servers", &etcd_url),
-                arg(
-                    "bind-address",
-                    if pod_gateway.is_some() {
-                        "0.0.0.0"
-                    } else {
-                        "127.0.0.1"
-                    },
-                ),
-                arg("advertise-address", "127.0.0.1"),
-                arg("secure-port", port),
-                arg("cert-dir", path.display()),
-                arg("tls-cert-file", cert_file.display()),
-                arg("tls-private-key-file", key_file.display()),
-                arg("client-ca-file", ca_file.display()),
-                arg(
-                    "service-account-issuer",
-                    "https://kubernetes.default.svc.cluster.local",
-                ),
-                arg("service-account-key-file", sa_pub.display()),
-                arg("service-account-signing-key-file", sa_key.display()),
-                arg("service-cluster-ip-range", SERVICE_CIDR),
-                arg("authorization-mode", "RBAC"),
-                arg("allow-privileged", "true"),
-                arg("endpoint-reconciler-type", "none"),
-                arg("kubelet-preferred-address-types", "InternalIP"),
-                arg("audit-policy-file", policy.display()),
-                arg("audit-log-path", path.join("audit.log").display()),
-                arg("audit-log-mode", "blocking"),
-                arg("profiling", "false"),
-                arg("v", 1),
-            ],
-            &path.join("kube-apiserver.log"),
-        )?);
-        let admin_client = client_from(&kubeconfig::text(
-            &server,
-            &ca.cert_pem,
-            &Credentials::Certificate(&admin),
-        ))
-        .await?;
-        wait_until(&mut processes, || {
-            let client = admin_client.clone();
-            async move {
-                let req = http::Request::get("/readyz").body(Vec::new());
-                match req {
-                    Ok(req) => client.request_text(req).await.is_ok_and(|t| t == "ok"),
-                    Err(_) => false,
+        // Another socket may take a port between `free_port` and the server's bind (an
+        // outgoing connection's ephemeral port): then the server starts again on others.
+        let mut attempt = 0;
+        let (port, server) = loop {
+            let port = free_port()?;
+            let server = format!("https://127.0.0.1:{port}");
+            processes.push(Process::start(
+                "kube-apiserver",
+                &apiserver,
+                &[
+                    arg("etcd-servers", &etcd_url),
+                    arg(
+                        "bind-address",
+                        if pod_gateway.is_some() {
+                            "0.0.0.0"
+                        } else {
+                            "127.0.0.1"
+                        },
+                    ),
+                    arg("advertise-address", "127.0.0.1"),
+                    arg("secure-port", port),
+                    arg("cert-dir", path.display()),
+                    arg("tls-cert-file", cert_file.display()),
+                    arg("tls-private-key-file", key_file.display()),
+                    arg("client-ca-file", ca_file.display()),
+                    arg(
+                        "service-account-issuer",
+                        "https://kubernetes.default.svc.cluster.local",
+                    ),
+                    arg("service-account-key-file", sa_pub.display()),
+                    arg("service-account-signing-key-file", sa_key.display()),
+                    arg("service-cluster-ip-range", SERVICE_CIDR),
+                    arg("authorization-mode", "RBAC"),
+                    arg("allow-privileged", "true"),
+                    arg("endpoint-reconciler-type", "none"),
+                    arg("kubelet-preferred-address-types", "InternalIP"),
+                    arg("audit-policy-file", policy.display()),
+                    arg("audit-log-path", path.join("audit.log").display()),
+                    arg("audit-log-mode", "blocking"),
+                    arg("profiling", "false"),
+                    arg("v", 1),
+                ],
+                &path.join("kube-apiserver.log"),
+            )?);
+            let admin_client = client_from(&kubeconfig::text(
+                &server,
+                &ca.cert_pem,
+                &Credentials::Certificate(&admin),
+            ))
+            .await?;
+            let ready = wait_until(&mut processes, || {
+                let client = admin_client.clone();
+                async move {
+                    let req = http::Request::get("/readyz").body(Vec::new());
+                    match req {
+                        Ok(req) => client.request_text(req).await.is_ok_and(|t| t == "ok"),
+                        Err(_) => false,
+                    }
                 }
+            })
+            .await;
+            match ready {
+                Ok(()) => break (port, server),
+                Err(e) if port_clash(&e) && attempt < PORT_ATTEMPTS => {
+                    attempt += 1;
+                    processes.pop();
+                }
+                Err(e) => return Err(e),
             }
-        })
-        .await?;
+        };
 
         let kcm_kubeconfig = write(
             path,
