@@ -4,7 +4,7 @@
 //! > human-readable copy in ConfigMap `tfplan-<workspace>-<name>-readable`. The plan ID
 //! > (`plan-<ref>-<sha>`) goes to status.plan.pending. Without approval the run stops here.
 
-use super::model::{Outcome, PlanStep, Step, StepFailure, StepKind};
+use super::model::{Outcome, PlanStep, Step, StepFailure};
 use super::run::{Done, End, Run, Stop, unexpected};
 use crate::api::{PolicyViolation, annotations};
 use crate::conditions::{ConditionStatus, ConditionType, Reason};
@@ -29,16 +29,13 @@ pub(super) fn plan<'a>(
     drift: bool,
 ) -> Result<Option<Planned<'a>>, Stop> {
     let step = Step::Plan(plan_step(run, plan_kind(run), plan_id, drift));
-    let (outcome, at) = run.need_phase(step, ConditionType::Plan)?;
-    let Outcome::Planned {
+    let Made {
         has_changes,
         summary,
         digest,
         violations,
-    } = outcome
-    else {
-        return Err(unexpected(StepKind::Plan));
-    };
+        at,
+    } = made(run, step, ConditionType::Plan)?;
     run.plan_made();
     run.st.last_planned_revision = Some(revision.to_string());
     run.st.last_plan_at = Some(at);
@@ -54,14 +51,14 @@ pub(super) fn plan<'a>(
         Reason::TerraformPlannedWithChanges,
         label.clone(),
     );
-    run.st.policy_violations = violations.clone();
+    run.st.policy_violations = violations.to_vec();
     if let Some(failure) = denied(violations, |list| {
         format!("plan {plan_id} is denied by policy: {list}")
     }) {
         return Err(run.fail(ConditionType::Plan, failure));
     }
     Ok(Some(Planned {
-        summary: *summary,
+        summary,
         digest,
         violations,
         label,
@@ -94,6 +91,45 @@ pub(super) fn record_pending(run: &mut Run<'_>, plan_id: &str, digest: &str, dri
     run.st.plan.pending = plan_id.to_string();
     run.st.plan.is_destroy_plan = object.spec.destroy;
     run.st.plan.is_drift_detection_plan = drift;
+}
+
+/// What a `Plan` or `VerifyPlan` step made.
+pub(super) struct Made<'a> {
+    pub(super) has_changes: bool,
+    pub(super) summary: PlanSummary,
+    /// What the plan would do, digested (empty without changes).
+    pub(super) digest: &'a str,
+    pub(super) violations: &'a [PolicyViolation],
+    /// When the step ended.
+    pub(super) at: jiff::Timestamp,
+}
+
+/// The plan `step` (a `Plan` or `VerifyPlan`) made, once performed; a failure is the `phase`
+/// condition's. Anything but a plan recorded for it is a driver's bug, never "no changes".
+pub(super) fn made<'a>(
+    run: &mut Run<'a>,
+    step: Step,
+    phase: ConditionType,
+) -> Result<Made<'a>, Stop> {
+    let kind = step.kind();
+    match run.need_phase(step, phase)? {
+        (
+            Outcome::Planned {
+                has_changes,
+                summary,
+                digest,
+                violations,
+            },
+            at,
+        ) => Ok(Made {
+            has_changes: *has_changes,
+            summary: *summary,
+            digest,
+            violations,
+            at,
+        }),
+        _ => Err(unexpected(kind)),
+    }
 }
 
 /// The plan step of `kind` in the session open now: who stores it, and the earlier

@@ -239,6 +239,13 @@ impl Extraction<'_> {
         }
     }
 
+    /// Makes the place for `path`: its parent directories, and nothing left there by an
+    /// earlier entry ([`Self::clear`]).
+    fn make_room(&self, path: &Path, entry: &str) -> Result<(), ExtractError> {
+        self.parent_dirs(path, entry)?;
+        self.clear(path, entry)
+    }
+
     /// A symbolic link, whose target must stay inside the destination.
     fn symlink<R: Read>(
         &mut self,
@@ -255,8 +262,7 @@ impl Extraction<'_> {
                 target: display(&target),
             });
         }
-        self.parent_dirs(&path, &entry)?;
-        self.clear(&path, &entry)?;
+        self.make_room(&path, &entry)?;
         std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), full)
             .map_err(Self::io(&entry))?;
         self.files.remove(&path);
@@ -284,8 +290,7 @@ impl Extraction<'_> {
                 target: display(&target_raw),
             });
         }
-        self.parent_dirs(&path, &entry)?;
-        self.clear(&path, &entry)?;
+        self.make_room(&path, &entry)?;
         fs::hard_link(self.root.join(&target), full).map_err(Self::io(&entry))?;
         self.files.insert(path);
         Ok(())
@@ -307,8 +312,7 @@ impl Extraction<'_> {
                 limit: self.limits.max_total_bytes,
             });
         }
-        self.parent_dirs(&path, &entry)?;
-        self.clear(&path, &entry)?;
+        self.make_room(&path, &entry)?;
         let mode = e.header().mode().unwrap_or(0o644);
         let mut out = fs::File::create_new(full).map_err(Self::io(&entry))?;
         io::copy(&mut e.take(size), &mut out).map_err(Self::io(&entry))?;

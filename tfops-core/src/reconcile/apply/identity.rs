@@ -7,7 +7,7 @@
 use crate::conditions::ConditionType;
 use crate::ports::{PlanKind, PlanSummary};
 use crate::reconcile::model::{Outcome, Step, StepKind};
-use crate::reconcile::plan::{Planned, denied, plan_step};
+use crate::reconcile::plan::{Made, Planned, denied, made, plan_step};
 use crate::reconcile::run::{Run, Stop, unexpected};
 
 /// What the apply runner found when it planned again.
@@ -56,17 +56,14 @@ pub(in crate::reconcile) fn hand_over<'a>(
         _ => return Err(unexpected(StepKind::ApplySetup)),
     };
     let step = Step::VerifyPlan(plan_step(run, kind, plan_id, drift));
-    let (outcome, _) = run.need_phase(step, ConditionType::Apply)?;
-    run.lock_released();
-    let Outcome::Planned {
+    let Made {
         has_changes,
         summary,
         digest,
         violations,
-    } = outcome
-    else {
-        return Err(unexpected(StepKind::VerifyPlan));
-    };
+        ..
+    } = made(run, step, ConditionType::Apply)?;
+    run.lock_released();
     if !has_changes {
         return Ok(Verified::Nothing);
     }
@@ -80,7 +77,7 @@ pub(in crate::reconcile) fn hand_over<'a>(
         let label = format!("{} (re-planned by the apply runner)", planned.label);
         return Ok(Verified::Same {
             planned: Planned {
-                summary: *summary,
+                summary,
                 digest,
                 violations,
                 label,
@@ -89,7 +86,7 @@ pub(in crate::reconcile) fn hand_over<'a>(
         });
     }
     Ok(Verified::Changed {
-        summary: *summary,
+        summary,
         digest,
         violations,
     })

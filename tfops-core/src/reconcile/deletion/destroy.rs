@@ -6,33 +6,30 @@ use crate::conditions::{ConditionStatus, ConditionType, Reason};
 use crate::naming;
 use crate::ports::{PlanKind, PlanSummary, Revision};
 use crate::reconcile::apply::{self, Verified, changed_message, hand_over};
-use crate::reconcile::model::{Outcome, Step, StepFailure, StepKind};
-use crate::reconcile::plan::{Planned, denied, plan_step};
-use crate::reconcile::run::{End, Run, Stop, unexpected};
+use crate::reconcile::model::{Step, StepFailure};
+use crate::reconcile::plan::{Made, Planned, denied, made, plan_step};
+use crate::reconcile::run::{End, Run, Stop};
 
 /// A destroy plan, then its apply. A plan a `Deny` rule forbids blocks the deletion until the
 /// policy or the object changes.
 pub(super) fn destroy(run: &mut Run<'_>, revision: &Revision) -> Result<(), Stop> {
     let plan_id = naming::plan_id(&revision.reference, revision.sha());
     let step = Step::Plan(plan_step(run, PlanKind::Destroy, &plan_id, false));
-    let (outcome, at) = run.need_phase(step, ConditionType::Plan)?;
     // Anything but a plan is a driver's bug, never "nothing to destroy": that would release
-    // the object with its resources still there.
-    let Outcome::Planned {
+    // the object with its resources still there ([`made`] says so).
+    let Made {
         has_changes,
         summary,
         digest,
         violations,
-    } = outcome
-    else {
-        return Err(unexpected(StepKind::Plan));
-    };
+        at,
+    } = made(run, step, ConditionType::Plan)?;
     run.plan_made();
     run.st.last_plan_at = Some(at);
-    if *has_changes {
+    if has_changes {
         run.st.stored_plan_workspace = Some(run.s.object.spec.workspace.clone());
         let planned = Planned {
-            summary: *summary,
+            summary,
             digest,
             violations,
             label: format!("destroy plan {plan_id} ({summary})"),
