@@ -10,7 +10,7 @@ use tfops_core::ports::PortError;
 
 use crate::error::is_not_found;
 
-use super::*;
+use super::KEY_HEADER;
 
 /// A label value for `value` (shortened with a hash when longer than a label allows).
 pub(super) fn label_value(value: &str) -> String {

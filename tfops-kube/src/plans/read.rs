@@ -8,8 +8,11 @@ use tfops_core::ports::{PortError, ShownPlan, StoredPlan};
 
 use crate::error::{is_not_found, port_error};
 
-use super::data::*;
-use super::*;
+use super::data::{chunk_of, json_key, map_data, secret_data};
+use super::{
+    ANNOTATION_PLAN_ID, KEY_CHUNK, KEY_INDEX, KEY_META, KEY_TEXT, KubePlanStore, Meta,
+    READ_ATTEMPTS, chunk_name, damaged, unbundle,
+};
 
 impl KubePlanStore {
     /// One attempt at reading the whole plan; `Ok(Err(()))` when a save replaced it midway.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch};
 use tfops_core::api::ObjectKey;
 use tfops_core::naming::{plan_secret_name, readable_plan_name};
@@ -14,8 +14,11 @@ use tfops_core::ports::{PortError, StoredPlan};
 use crate::error::port_error;
 use crate::meta::apply_params;
 
-use super::data::*;
-use super::*;
+use super::data::{delete_ignoring_absent, text, to_json};
+use super::{
+    ANNOTATION_UPLOAD, KEY_CHUNK, KEY_HEADER, KEY_INDEX, KEY_META, KEY_TEXT, KubePlanStore, Meta,
+    Part, bundle,
+};
 
 impl KubePlanStore {
     /// Saves `plan` as the plan of `workspace` (see the module's documentation).
