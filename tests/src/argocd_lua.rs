@@ -1,218 +1,243 @@
-//! Argo CD's Lua runtime, as far as resource health and action scripts meet it, to run
-//! `config/argocd/resource_customizations/` the way argocd-server would.
+//! Argo CD's own Lua runtime, to run `config/argocd/resource_customizations/` as Argo CD does.
 //!
-//! What Argo CD does and this reproduces: gopher-lua is Lua 5.1 plus `goto` (LuaJIT here, with
-//! the JIT off so that the instruction hook sees every instruction); scripts get only the
-//! `base`, `table` and `package` libraries and a safe `os` (`time`, `date`, `clock`,
-//! `difftime`), so `string.*` and `math.*` are absent; the object arrives with every number a
-//! float; a returned empty table is encoded as `[]` unless the object had a map there, which is
-//! restored (argocd's `cleanReturnedObj`); a script is stopped when it runs too long (Argo CD
-//! allows 1 s; here a fixed instruction budget, so a test never depends on the machine's
-//! speed). An action's result is turned into a JSON merge patch against the object, which is
-//! what argocd-server sends to the API server.
-//!
-//! One difference is deliberate: `os.time()` and `os.date()` read a clock the caller fixes,
-//! so that the expected outputs of `action_test.yaml` can name the time an action wrote.
+//! The scripts run in `argocd-lua` (`tools/argocd/lua`, built by `scripts/install-argocd`): a
+//! small Go program around Argo CD's `util/lua` package of the pinned release, so gopher-lua,
+//! Argo CD's library setup and safe `os`, its 1 s timeout, its JSON encoding of results and a
+//! fresh Lua state per call are Argo CD's code, not an imitation. This module speaks its
+//! line-per-request JSON protocol and turns an action's result into the merge patch
+//! argocd-server sends.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use mlua::{HookTriggers, Lua, LuaOptions, LuaSerdeExt, StdLib, VmState};
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
 
-/// Instructions a script may run (Argo CD gives 1 s of wall-clock time; tfops' scripts need
-/// a few thousand).
-pub const INSTRUCTION_BUDGET: u64 = 10_000_000;
+/// The Argo CD release whose `util/lua` the harness is built from (`tools/argocd/go.mod`).
+pub const ARGOCD_VERSION: &str = "3.6.2";
 
 /// Why a script did not give an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptError {
-    /// The script raised an error (its message as Argo CD shows it).
+    /// The script failed; the text is Argo CD's own error, as argocd-server reports it.
     #[error("{0}")]
     Raised(String),
-    /// The script's answer is not what Argo CD expects.
-    #[error("unexpected result: {0}")]
-    Shape(String),
+    /// The harness could not be asked (not built, crashed, answered nonsense).
+    #[error("argocd-lua: {0}")]
+    Harness(String),
 }
 
-impl From<mlua::Error> for ScriptError {
-    fn from(e: mlua::Error) -> Self {
-        let text = match &e {
-            mlua::Error::CallbackError { cause, .. } => cause.to_string(),
-            other => other.to_string(),
-        };
-        // LuaJIT prefixes "runtime error: "; Argo CD shows the message itself.
-        ScriptError::Raised(text.trim_start_matches("runtime error: ").to_string())
-    }
+/// Which libraries a script gets: the two ways Argo CD runs scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Libraries {
+    /// As an `argocd-cm` customization (how tfops ships its scripts): `base`, `table`,
+    /// `package` and a safe `os`, no `string` or `math`.
+    Customization,
+    /// With every gopher-lua library open: Argo CD's built-in scripts, and customizations
+    /// under `resource.customizations.useOpenLibs.<group_kind>: "true"`.
+    Open,
 }
 
 /// An action as discovery offers it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct OfferedAction {
     /// The action's name.
     pub name: String,
     /// Whether Argo CD shows it greyed out.
+    #[serde(default)]
     pub disabled: bool,
     /// Its icon.
+    #[serde(default)]
     pub icon_class: String,
     /// Its label.
+    #[serde(default)]
     pub display_name: String,
 }
 
-/// A Lua state set up as Argo CD's, with its clock at `now` (Unix seconds).
-pub fn runtime(now: i64) -> Result<Lua, ScriptError> {
-    let lua = Lua::new_with(
-        StdLib::TABLE | StdLib::PACKAGE | StdLib::OS | StdLib::JIT,
-        LuaOptions::default(),
-    )?;
-    lua.load(
-        r#"
-        jit.off()
-        local real_date, real_time, clock, difftime = os.date, os.time, os.clock, os.difftime
-        local now = ...
-        local safe = {
-          date = function(format, t) return real_date(format, t or now) end,
-          time = function(t) if t == nil then return now end return real_time(t) end,
-          clock = clock,
-          difftime = difftime,
-        }
-        os = safe
-        package.loaded.os = safe
-        package.loaded.jit = nil
-        jit = nil
-        package.path = ""
-        package.cpath = ""
-        package.loadlib = nil
-        "#,
-    )
-    .call::<()>(now)?;
-    lua.set_hook(
-        HookTriggers::new().every_nth_instruction(1000),
-        |lua, _debug| {
-            let used: u64 = lua.named_registry_value("tfops_instructions").unwrap_or(0) + 1000;
-            lua.set_named_registry_value("tfops_instructions", used)?;
-            if used > INSTRUCTION_BUDGET {
-                return Err(mlua::Error::RuntimeError(
-                    "the script ran too long (Argo CD stops scripts after 1 s)".into(),
-                ));
-            }
-            Ok(VmState::Continue)
-        },
-    )?;
-    Ok(lua)
+/// One resource an action touches, as Argo CD's `ImpactedResource`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Impacted {
+    /// `patch` (the object itself) or `create` (a new object).
+    pub operation: String,
+    /// The object as the action wants it.
+    pub resource: Value,
 }
 
-/// Every number a float, as gopher-lua sees the object.
-fn as_floats(v: &Value) -> Value {
-    match v {
-        Value::Number(n) => n
-            .as_f64()
-            .and_then(serde_json::Number::from_f64)
-            .map_or(Value::Null, Value::Number),
-        Value::Array(a) => Value::Array(a.iter().map(as_floats).collect()),
-        Value::Object(o) => {
-            Value::Object(o.iter().map(|(k, v)| (k.clone(), as_floats(v))).collect())
-        }
-        other => other.clone(),
-    }
+/// A running `argocd-lua`; each call is a fresh Lua state inside it, as in Argo CD.
+pub struct ArgoLua {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
 }
 
-/// The value Go's JSON encoder writes for a Lua result: integral floats as integers, empty
-/// tables as `[]`, except where `original` had a map (restored, as argocd does).
-fn decoded(v: Value, original: Option<&Value>) -> Value {
-    match v {
-        Value::Number(n) => match n.as_f64() {
-            Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
-            _ => Value::Number(n),
-        },
-        Value::Array(a) if a.is_empty() => match original {
-            Some(Value::Object(_)) => Value::Object(Map::new()),
-            _ => Value::Array(a),
-        },
-        Value::Object(o) if o.is_empty() => match original {
-            Some(Value::Object(_)) => Value::Object(Map::new()),
-            _ => Value::Array(Vec::new()),
-        },
-        Value::Array(a) => {
-            let before = original.and_then(Value::as_array);
-            Value::Array(
-                a.into_iter()
-                    .enumerate()
-                    .map(|(i, v)| decoded(v, before.and_then(|b| b.get(i))))
-                    .collect(),
-            )
-        }
-        Value::Object(o) => Value::Object(
-            o.into_iter()
-                .map(|(k, v)| {
-                    let before = original.and_then(|b| b.get(&k));
-                    (k, decoded(v, before))
-                })
-                .collect(),
-        ),
-        other => other,
-    }
-}
-
-/// Runs `script` with the global `obj` set to `object`; what it returns, decoded.
-fn run(lua: &Lua, script: &str, object: &Value) -> Result<Value, ScriptError> {
-    lua.set_named_registry_value("tfops_instructions", 0u64)?;
-    lua.globals()
-        .set("obj", lua.to_value(&as_floats(object))?)?;
-    let result: mlua::Value = lua.load(script).eval()?;
-    let json: Value = lua.from_value(result)?;
-    Ok(decoded(json, Some(object)))
-}
-
-/// A health script's `(status, message)` for `object`.
-///
-/// # Errors
-/// The script's error; a result without a status.
-pub fn health(lua: &Lua, script: &str, object: &Value) -> Result<(String, String), ScriptError> {
-    let hs = run(lua, script, object)?;
-    let status = hs["status"]
-        .as_str()
-        .ok_or_else(|| ScriptError::Shape(format!("no status in {hs}")))?;
-    Ok((
-        status.to_string(),
-        hs["message"].as_str().unwrap_or_default().to_string(),
-    ))
-}
-
-/// The actions a discovery script offers for `object`, by name.
-///
-/// # Errors
-/// The script's error; a result that is not a table of actions.
-pub fn discover(
-    lua: &Lua,
-    script: &str,
-    object: &Value,
-) -> Result<Vec<OfferedAction>, ScriptError> {
-    let offered = run(lua, script, object)?;
-    let table = offered
-        .as_object()
-        .ok_or_else(|| ScriptError::Shape(format!("not a table of actions: {offered}")))?;
-    let by_name: BTreeMap<&String, &Value> = table.iter().collect();
-    Ok(by_name
-        .into_iter()
-        .map(|(name, a)| OfferedAction {
-            name: name.clone(),
-            disabled: a["disabled"].as_bool().unwrap_or(false),
-            icon_class: a["iconClass"].as_str().unwrap_or_default().to_string(),
-            display_name: a["displayName"].as_str().unwrap_or_default().to_string(),
+/// Where `argocd-lua` is: `$TFOPS_ARGOCD_LUA`, else the pinned build under `.tools/`.
+pub fn binary() -> PathBuf {
+    std::env::var_os("TFOPS_ARGOCD_LUA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../.tools/argocd")
+                .join(format!("v{ARGOCD_VERSION}"))
+                .join("argocd-lua")
         })
-        .collect())
 }
 
-/// What an action script returns for `object`: the object as it wants it.
-///
-/// # Errors
-/// The script's error; a result that is not an object.
-pub fn action(lua: &Lua, script: &str, object: &Value) -> Result<Value, ScriptError> {
-    let changed = run(lua, script, object)?;
-    if !changed.is_object() {
-        return Err(ScriptError::Shape(format!("not an object: {changed}")));
+impl ArgoLua {
+    /// Starts the harness.
+    ///
+    /// # Errors
+    /// The binary is missing (run `scripts/install-argocd`) or does not start.
+    pub fn start() -> Result<Self, ScriptError> {
+        let path = binary();
+        let mut child = Command::new(&path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                ScriptError::Harness(format!(
+                    "{}: {e} (scripts/install-argocd builds it)",
+                    path.display()
+                ))
+            })?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(ScriptError::Harness("no pipes to the harness".into()));
+        };
+        Ok(Self {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+        })
     }
-    Ok(changed)
+
+    fn ask(&mut self, request: &Value) -> Result<Value, ScriptError> {
+        let broken = |e: std::io::Error| ScriptError::Harness(e.to_string());
+        writeln!(self.stdin, "{request}").map_err(broken)?;
+        self.stdin.flush().map_err(broken)?;
+        let mut line = String::new();
+        if self.stdout.read_line(&mut line).map_err(broken)? == 0 {
+            return Err(ScriptError::Harness("the harness ended".into()));
+        }
+        let answer: Value = serde_json::from_str(&line)
+            .map_err(|e| ScriptError::Harness(format!("{e}: {line}")))?;
+        match answer["error"].as_str() {
+            Some(e) if e.starts_with("request: ") => Err(ScriptError::Harness(e.into())),
+            Some(e) => Err(ScriptError::Raised(e.into())),
+            None => Ok(answer),
+        }
+    }
+
+    fn request(op: &str, libraries: Libraries, script: &str, object: &Value) -> Value {
+        json!({
+            "op": op,
+            "script": script,
+            "object": object,
+            "openLibs": libraries == Libraries::Open,
+        })
+    }
+
+    /// A health script's `(status, message)` for `object`; `None` when it returns nil.
+    ///
+    /// # Errors
+    /// The script's error, as Argo CD words it.
+    pub fn health(
+        &mut self,
+        libraries: Libraries,
+        script: &str,
+        object: &Value,
+    ) -> Result<Option<(String, String)>, ScriptError> {
+        let answer = self.ask(&Self::request("health", libraries, script, object))?;
+        if answer["null"] == json!(true) {
+            return Ok(None);
+        }
+        let hs = &answer["health"];
+        Ok(Some((
+            hs["status"].as_str().unwrap_or_default().to_string(),
+            hs["message"].as_str().unwrap_or_default().to_string(),
+        )))
+    }
+
+    /// The actions a discovery script offers for `object`, by name.
+    ///
+    /// # Errors
+    /// The script's error, as Argo CD words it.
+    pub fn discover(
+        &mut self,
+        libraries: Libraries,
+        script: &str,
+        object: &Value,
+    ) -> Result<Vec<OfferedAction>, ScriptError> {
+        let actions = self.discover_json(libraries, script, object)?;
+        serde_json::from_value(Value::Array(actions))
+            .map_err(|e| ScriptError::Harness(e.to_string()))
+    }
+
+    /// The actions a discovery script offers, whole (with their `params`), as Argo CD's API
+    /// gives them.
+    ///
+    /// # Errors
+    /// The script's error, as Argo CD words it.
+    pub fn discover_json(
+        &mut self,
+        libraries: Libraries,
+        script: &str,
+        object: &Value,
+    ) -> Result<Vec<Value>, ScriptError> {
+        let answer = self.ask(&Self::request("discovery", libraries, script, object))?;
+        match answer.get("actions") {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(a)) => Ok(a.clone()),
+            Some(other) => Err(ScriptError::Harness(format!("not a list: {other}"))),
+        }
+    }
+
+    /// What an action script does to `object`, with `params` as `actionParams`.
+    ///
+    /// # Errors
+    /// The script's error, as Argo CD words it.
+    pub fn action(
+        &mut self,
+        libraries: Libraries,
+        script: &str,
+        object: &Value,
+        params: &BTreeMap<String, String>,
+    ) -> Result<Vec<Impacted>, ScriptError> {
+        let mut request = Self::request("action", libraries, script, object);
+        request["params"] = json!(params);
+        let answer = self.ask(&request)?;
+        let resources = answer.get("resources").cloned().unwrap_or(json!([]));
+        serde_json::from_value(resources).map_err(|e| ScriptError::Harness(e.to_string()))
+    }
+
+    /// The object a tfops action returns (tfops' actions only ever patch their object).
+    ///
+    /// # Errors
+    /// The script's error; a result other than one patch of the object.
+    pub fn patching_action(
+        &mut self,
+        libraries: Libraries,
+        script: &str,
+        object: &Value,
+    ) -> Result<Value, ScriptError> {
+        let mut impacted = self.action(libraries, script, object, &BTreeMap::new())?;
+        match (impacted.pop(), impacted.is_empty()) {
+            (Some(one), true) if one.operation == "patch" => Ok(one.resource),
+            (other, _) => Err(ScriptError::Harness(format!(
+                "expected one patch of the object, got {other:?} and {} more",
+                impacted.len()
+            ))),
+        }
+    }
+}
+
+impl Drop for ArgoLua {
+    fn drop(&mut self) {
+        // Closing its input ends it; a kill is for a harness stuck in a script.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The JSON merge patch (RFC 7386) from `original` to `modified`, as argocd-server computes
@@ -247,71 +272,6 @@ pub fn merge_patch(original: &Value, modified: &Value) -> Value {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn only_argo_cds_libraries_are_there_and_the_clock_is_fixed() {
-        let lua = runtime(1_764_590_400).unwrap();
-        let probe = |script: &str| run(&lua, script, &json!({})).unwrap();
-        assert_eq!(
-            probe("return string == nil and math == nil and io == nil"),
-            json!(true)
-        );
-        assert_eq!(probe("return require('os').time()"), json!(1_764_590_400));
-        assert_eq!(
-            probe("return os.date('!%Y-%m-%dT%H:%M:%SZ')"),
-            json!("2025-12-01T12:00:00Z")
-        );
-        assert_eq!(
-            probe("return os.execute == nil and os.exit == nil"),
-            json!(true)
-        );
-        // goto, as gopher-lua has it.
-        assert_eq!(
-            probe("local i = 0 ::again:: i = i + 1 if i < 3 then goto again end return i"),
-            json!(3)
-        );
-        // ("x"):upper() needs the string library's metatable: absent too.
-        assert!(run(&lua, "return ('x'):upper()", &json!({})).is_err());
-    }
-
-    #[test]
-    fn numbers_are_floats_inside_and_empty_tables_come_back_as_argo_cd_encodes_them() {
-        let lua = runtime(0).unwrap();
-        let object = json!({"metadata": {"generation": 2, "labels": {}}, "spec": {"list": [1]}});
-        assert_eq!(
-            run(
-                &lua,
-                "return math_type == nil and obj.metadata.generation / 4",
-                &object
-            )
-            .unwrap(),
-            json!(0.5)
-        );
-        let back = run(
-            &lua,
-            "obj.metadata.fresh = {} obj.spec.list = {} return obj",
-            &object,
-        )
-        .unwrap();
-        assert_eq!(back["metadata"]["generation"], json!(2));
-        assert_eq!(
-            back["metadata"]["labels"],
-            json!({}),
-            "a map before: a map again"
-        );
-        assert_eq!(back["metadata"]["fresh"], json!([]), "new and empty: []");
-        assert_eq!(back["spec"]["list"], json!([]));
-    }
-
-    #[test]
-    fn a_script_that_runs_too_long_is_stopped() {
-        let lua = runtime(0).unwrap();
-        let e = run(&lua, "while true do end", &json!({})).unwrap_err();
-        assert!(e.to_string().contains("ran too long"), "{e}");
-        // The budget is per run.
-        assert_eq!(run(&lua, "return 1", &json!({})).unwrap(), json!(1));
-    }
 
     #[test]
     fn merge_patches_remove_replace_and_add() {

@@ -1,6 +1,8 @@
-//! The Argo CD health and action scripts of `config/argocd/resource_customizations/` run as
-//! Argo CD runs them (`tests::argocd_lua`), on every case of their `health_test.yaml` and
-//! `actions/action_test.yaml` (Argo CD's own test format). The health cases also go through
+//! The Argo CD health and action scripts of `config/argocd/resource_customizations/` run in
+//! Argo CD's own Lua runtime (`tests::argocd_lua`: Argo CD's `util/lua`, gopher-lua), on every
+//! case of their `health_test.yaml` and `actions/action_test.yaml` (Argo CD's own test
+//! format), both as tfops ships them (an `argocd-cm` customization: no `string`, no `math`)
+//! and with `useOpenLibs`. The health cases also go through
 //! `tfops_core::health::health`, which must say the same; each action's result becomes the
 //! merge patch argocd-server would send, applied to the object on the real API server,
 //! which validates it against the CRD. And the `argocd-cm` entries shipped in
@@ -15,14 +17,50 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tests::argocd_lua::{self, OfferedAction};
+use tests::argocd_lua::{self, ArgoLua, Libraries, OfferedAction};
 
 /// Where the extension's tarball is published (also in `argocd-server-extension.yaml`).
 const EXTENSION_URL: &str =
     "https://github.com/tfops/tfops/releases/download/v0.1.0/extension-tfops.tar.gz";
 
-/// 2026-12-01T12:00:00Z: the clock the action tests' expected outputs were written at.
-const NOW: i64 = 1_796_126_400;
+/// The time the action tests' expected outputs name where an action writes the time.
+const FIXTURE_TIME: &str = "2026-12-01T12:00:00Z";
+
+/// Both ways Argo CD runs a customization's scripts.
+const BOTH: [Libraries; 2] = [Libraries::Customization, Libraries::Open];
+
+/// `value` with every time an action wrote (an RFC 3339 UTC second between `before` and
+/// `after`, Argo CD's `os.date("!%Y-%m-%dT%H:%M:%SZ")`) replaced by [`FIXTURE_TIME`]; a time
+/// outside that window stays and fails the comparison.
+fn at_fixture_time(value: &Value, before: jiff::Timestamp, after: jiff::Timestamp) -> Value {
+    let stamp = regex::Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z").unwrap();
+    let earliest = before.as_second();
+    match value {
+        Value::String(s) => Value::String(
+            stamp
+                .replace_all(s, |c: &regex::Captures| {
+                    let t: jiff::Timestamp = c[0].parse().unwrap();
+                    if (earliest..=after.as_second()).contains(&t.as_second()) {
+                        FIXTURE_TIME.to_string()
+                    } else {
+                        c[0].to_string()
+                    }
+                })
+                .into_owned(),
+        ),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), at_fixture_time(v, before, after)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(
+            a.iter()
+                .map(|v| at_fixture_time(v, before, after))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
 
 fn customization() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -59,21 +97,27 @@ struct Expected {
 fn health_lua_and_the_rust_mapping_give_each_fixture_its_expected_health() {
     let dir = customization();
     let script = read(&dir.join("health.lua"));
-    let lua = argocd_lua::runtime(NOW).unwrap();
+    let mut lua = ArgoLua::start().unwrap();
     let cases: HealthTests = serde_yaml_ng::from_str(&read(&dir.join("health_test.yaml"))).unwrap();
     assert!(cases.tests.len() >= 10);
     let mut statuses = std::collections::BTreeSet::new();
     for case in cases.tests {
         let object = yaml(&dir.join(&case.input_path));
-        let (status, message) = argocd_lua::health(&lua, &script, &object)
-            .unwrap_or_else(|e| panic!("{}: {e}", case.input_path));
         let want = &case.health_status;
-        assert_eq!(
-            (status.as_str(), message.as_str()),
-            (want.status.as_str(), want.message.as_str()),
-            "health.lua on {}",
-            case.input_path
-        );
+        let mut status = String::new();
+        for libraries in BOTH {
+            let (s, message) = lua
+                .health(libraries, &script, &object)
+                .unwrap_or_else(|e| panic!("{} ({libraries:?}): {e}", case.input_path))
+                .unwrap_or_else(|| panic!("{}: health.lua returned nil", case.input_path));
+            assert_eq!(
+                (s.as_str(), message.as_str()),
+                (want.status.as_str(), want.message.as_str()),
+                "health.lua on {} ({libraries:?})",
+                case.input_path
+            );
+            status = s;
+        }
         let typed: tfops_kube::Terraform = serde_json::from_value(object).unwrap();
         let rust = tfops_core::health::health(&typed.to_object());
         assert_eq!(
@@ -97,14 +141,14 @@ struct ActionTests {
     action_tests: Vec<ActionCase>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(rename_all = "camelCase")]
 struct DiscoveryCase {
     input_path: String,
     result: Vec<Offered>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(rename_all = "camelCase")]
 struct Offered {
     name: String,
@@ -130,10 +174,14 @@ fn tests_of_actions() -> ActionTests {
 fn discovery_offers_each_action_only_when_it_can_act() {
     let dir = customization().join("actions");
     let script = read(&dir.join("discovery.lua"));
-    let lua = argocd_lua::runtime(NOW).unwrap();
-    for case in tests_of_actions().discovery_tests {
+    let mut lua = ArgoLua::start().unwrap();
+    for (case, libraries) in tests_of_actions()
+        .discovery_tests
+        .into_iter()
+        .flat_map(|c| BOTH.map(|l| (c.clone(), l)))
+    {
         let object = yaml(&dir.join(&case.input_path));
-        let offered = argocd_lua::discover(&lua, &script, &object).unwrap();
+        let offered = lua.discover(libraries, &script, &object).unwrap();
         let expected: Vec<OfferedAction> = case
             .result
             .into_iter()
@@ -144,7 +192,11 @@ fn discovery_offers_each_action_only_when_it_can_act() {
                 display_name: o.display_name,
             })
             .collect();
-        assert_eq!(offered, expected, "discovery on {}", case.input_path);
+        assert_eq!(
+            offered, expected,
+            "discovery on {} ({libraries:?})",
+            case.input_path
+        );
         // Every offered action has its script.
         for a in &offered {
             assert!(dir.join(&a.name).join("action.lua").is_file(), "{}", a.name);
@@ -172,7 +224,7 @@ fn creatable(object: &Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actions_make_the_documented_edits_which_the_api_server_accepts() {
     let dir = customization().join("actions");
-    let lua = argocd_lua::runtime(NOW).unwrap();
+    let mut lua = ArgoLua::start().unwrap();
     let cluster = tfops_testcluster::TestCluster::start().await.unwrap();
     let client = support::client(&cluster).await;
     support::terraform_crd_served(&client).await;
@@ -185,13 +237,20 @@ async fn actions_make_the_documented_edits_which_the_api_server_accepts() {
         let what = format!("{} on {}", case.action, case.input_path);
         let script = read(&dir.join(&case.action).join("action.lua"));
         let object = yaml(&dir.join(&case.input_path));
-        let result = argocd_lua::action(&lua, &script, &object);
+        let before = jiff::Timestamp::now();
+        let results = BOTH.map(|l| lua.patching_action(l, &script, &object));
+        let after = jiff::Timestamp::now();
         if let Some(message) = &case.expected_error_message {
-            let e = result.expect_err(&what);
-            assert!(e.to_string().contains(message.as_str()), "{what}: {e}");
+            for result in results {
+                let e = result.expect_err(&what);
+                assert!(e.to_string().contains(message.as_str()), "{what}: {e}");
+            }
             continue;
         }
-        let changed = result.unwrap_or_else(|e| panic!("{what}: {e}"));
+        let [customization, open] = results
+            .map(|r| at_fixture_time(&r.unwrap_or_else(|e| panic!("{what}: {e}")), before, after));
+        assert_eq!(customization, open, "{what}: the same with open libraries");
+        let changed = customization;
         let patch = argocd_lua::merge_patch(&object, &changed);
         assert!(patch.get("status").is_none(), "{what} edits no status");
         let mut applied = object.clone();
@@ -368,13 +427,20 @@ fn the_shipped_argocd_cm_entries_are_these_scripts() {
         .iter()
         .find(|d| d["name"] == "approve")
         .unwrap();
-    let lua = argocd_lua::runtime(NOW).unwrap();
+    let mut lua = ArgoLua::start().unwrap();
     let object = yaml(&customization().join("actions/testdata/awaiting-approval.yaml"));
-    let changed =
-        argocd_lua::action(&lua, approve["action.lua"].as_str().unwrap(), &object).unwrap();
+    let before = jiff::Timestamp::now();
+    let changed = lua
+        .patching_action(
+            Libraries::Customization,
+            approve["action.lua"].as_str().unwrap(),
+            &object,
+        )
+        .unwrap();
+    let changed = at_fixture_time(&changed, before, jiff::Timestamp::now());
     assert_eq!(
         changed["metadata"]["annotations"]["infra.argocd.io/approve"],
-        "plan-main-9d8e7f6a5b@2026-12-01T12:00:00Z"
+        format!("plan-main-9d8e7f6a5b@{FIXTURE_TIME}")
     );
     assert_eq!(
         rendered["data"]["resource.customizations.health.infra.argocd.io_Terraform"]
@@ -382,4 +448,59 @@ fn the_shipped_argocd_cm_entries_are_these_scripts() {
             .unwrap(),
         read(&customization().join("health.lua"))
     );
+}
+
+/// What the scripts may rely on in Argo CD's runtime, and what they may not: the facts the
+/// scripts above were written against, asked of Argo CD's own code.
+#[test]
+fn the_runtime_is_argo_cds_own() {
+    let mut lua = ArgoLua::start().unwrap();
+    let object = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "a"}});
+    let mut health = |libraries, script: &str| {
+        lua.health(libraries, script, &object)
+            .map(|h| h.map(|(status, message)| format!("{status}: {message}")))
+    };
+    let probe = "local safe = require('os') return {status = 'Healthy', message = \
+                 tostring(string == nil) .. ' ' .. tostring(math == nil) .. ' ' .. \
+                 tostring(os == nil) .. ' ' .. type(safe.time()) .. ' ' .. \
+                 tostring(safe.execute == nil)}";
+    // Shipped as a customization: no string, no math, not even a global os (Argo CD opens its
+    // safe os under another name); `require("os")` gives the safe one: time and date only.
+    assert_eq!(
+        health(Libraries::Customization, probe).unwrap().unwrap(),
+        "Healthy: true true true number true"
+    );
+    assert_eq!(
+        health(Libraries::Open, probe).unwrap().unwrap(),
+        "Healthy: false false false number true"
+    );
+    // A status Argo CD does not know becomes Unknown; nil leaves the health to Argo CD.
+    assert_eq!(
+        health(Libraries::Customization, "return {status = 'Fine'}")
+            .unwrap()
+            .unwrap(),
+        "Unknown: Lua returned an invalid health status"
+    );
+    assert_eq!(
+        health(Libraries::Customization, "return nil").unwrap(),
+        None
+    );
+    // Each call is a fresh state: a global set by one run is gone in the next.
+    health(Libraries::Customization, "leaked = 1 return nil").unwrap();
+    assert_eq!(
+        health(
+            Libraries::Customization,
+            "return {status = 'Healthy', message = tostring(leaked)}"
+        )
+        .unwrap()
+        .unwrap(),
+        "Healthy: nil"
+    );
+    // A script that never ends is stopped (Argo CD allows 1 s).
+    let e = health(Libraries::Customization, "while true do end").unwrap_err();
+    assert!(e.to_string().contains("context deadline exceeded"), "{e}");
+    // A raised error reaches the user without a Lua traceback.
+    let e = health(Libraries::Customization, "error('no plan')").unwrap_err();
+    assert!(e.to_string().contains("no plan"), "{e}");
+    assert!(!e.to_string().contains("stack traceback"), "{e}");
 }
