@@ -3,6 +3,7 @@
 //! process, and small conversions.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod argocd;
 pub mod git;
 pub mod manager;
 pub mod operator;

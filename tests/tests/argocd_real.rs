@@ -1,0 +1,221 @@
+//! tfops in a real Argo CD, end to end: Argo CD's controller, repo-server and API server (built
+//! from its published module) run against the test cluster with `config/argocd` installed. An
+//! `Application` syncs a `Terraform` object from Git; Argo CD judges it with our health script
+//! (Suspended with our message while its plan waits), offers our actions, runs `approve` for the
+//! admin through its CLI and refuses it to a read-only user by its RBAC; the object turns
+//! Healthy when applied and Degraded when its plan fails, and the Application's health follows.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use serde_json::{Value, json};
+use support::argocd::ArgoCd;
+use support::operator::{Operator, pending, ready_with};
+
+/// The `(status, message)` Argo CD's resource tree gives Terraform `name`.
+fn node_health(argo: &ArgoCd, token: &str, name: &str) -> Option<(String, String)> {
+    let tree = argo.get(token, "/api/v1/applications/infra/resource-tree")?;
+    let node = tree["nodes"]
+        .as_array()?
+        .iter()
+        .find(|n| n["kind"] == "Terraform" && n["name"] == name)?
+        .clone();
+    Some((
+        node["health"]["status"].as_str()?.to_string(),
+        node["health"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    ))
+}
+
+/// The Application's own health and sync status.
+fn app_status(argo: &ArgoCd, token: &str) -> (String, String) {
+    let app = argo
+        .get(token, "/api/v1/applications/infra")
+        .unwrap_or(Value::Null);
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    (
+        s(&app["status"]["health"]["status"]),
+        s(&app["status"]["sync"]["status"]),
+    )
+}
+
+/// What tfops itself says of the live object (`tfops_core::health`).
+async fn our_health(op: &Operator, name: &str) -> (String, String) {
+    let t = op.terraforms().get(name).await.unwrap();
+    let h = tfops_core::health::health(&t.to_object());
+    (format!("{:?}", h.status), h.message)
+}
+
+fn action(argo: &ArgoCd, config: &std::path::Path, name: &str) -> (bool, String, String) {
+    argo.cli(
+        config,
+        &[
+            "app",
+            "actions",
+            "run",
+            "infra",
+            name,
+            "--kind",
+            "Terraform",
+            "--group",
+            "infra.argocd.io",
+            "--resource-name",
+            "infra",
+            "--namespace",
+            "team-a",
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
+    let op = Operator::start().await;
+    let mut argo = ArgoCd::start(&op).await;
+    op.git.commit(
+        "apps",
+        &[("terraform.yaml", &op.manifest("infra", json!({})))],
+    );
+    op.apply(
+        &serde_yaml_ng::to_string(&json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "infra", "namespace": "argocd"},
+            "spec": {
+                "project": "default",
+                "source": {"repoURL": op.git.url("apps"), "targetRevision": "HEAD", "path": "."},
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": "team-a"},
+                "syncPolicy": {"automated": {}},
+            },
+        }))
+        .unwrap(),
+    );
+    let admin = argo.token("admin");
+
+    // Argo CD syncs the object; tfops plans; Argo CD shows it Suspended with our message.
+    argo.wait_for("the Application to sync", 180, |a| {
+        app_status(a, &admin).1 == "Synced"
+    });
+    let t = op
+        .wait_for("infra", "waited for approval", 240, |t| {
+            ready_with(t, "TerraformPlannedWithChanges") && !pending(t).is_empty()
+        })
+        .await;
+    let plan = pending(&t);
+    let ours = our_health(&op, "infra").await;
+    assert_eq!(ours.0, "Suspended");
+    argo.wait_for("the object Suspended in Argo CD", 120, |a| {
+        node_health(a, &admin, "infra").as_ref() == Some(&ours)
+    });
+    assert!(ours.1.contains(&plan), "{ours:?}");
+    println!("Argo CD shows the object {}: {}", ours.0, ours.1);
+    argo.wait_for("the Application Suspended and Synced", 60, |a| {
+        app_status(a, &admin) == ("Suspended".into(), "Synced".into())
+    });
+
+    // Discovery, as Argo CD offers the actions: approve is enabled now.
+    let admin_cli = argo.login("admin");
+    let (ok, out, err) = argo.cli(
+        &admin_cli,
+        &[
+            "app",
+            "actions",
+            "list",
+            "infra",
+            "--kind",
+            "Terraform",
+            "--group",
+            "infra.argocd.io",
+            "--resource-name",
+            "infra",
+            "--namespace",
+            "team-a",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let approve_line = out
+        .lines()
+        .find(|l| l.contains("approve"))
+        .unwrap_or_default();
+    assert!(
+        approve_line.contains("false"),
+        "approve offered and enabled:\n{out}"
+    );
+    println!("argocd app actions list:\n{out}");
+
+    // A read-only user: Argo CD's RBAC refuses the action; nothing changes.
+    let viewer = argo.login("viewer");
+    let (ok, out, err) = action(&argo, &viewer, "approve");
+    assert!(!ok, "the viewer's approve ran: {out}");
+    assert!(err.contains("permission denied"), "{err}");
+    println!("the viewer's approve: {}", err.trim());
+    let t = op.terraforms().get("infra").await.unwrap();
+    assert!(
+        !t.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("infra.argocd.io/approve"),
+        "no approval written"
+    );
+
+    // The admin approves through Argo CD; tfops applies that plan; Argo CD shows Healthy.
+    let (ok, out, err) = action(&argo, &admin_cli, "approve");
+    assert!(
+        ok,
+        "argocd app actions run approve: {out}{err}\n{}",
+        argo.logs()
+    );
+    let t = op
+        .wait_for("infra", "applied", 240, |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+        })
+        .await;
+    let status = t.status.as_ref().unwrap();
+    assert_eq!(
+        status.plan.last_applied, plan,
+        "the approved plan is the one applied"
+    );
+    let ours = our_health(&op, "infra").await;
+    assert_eq!(ours.0, "Healthy");
+    argo.wait_for("the object Healthy in Argo CD", 120, |a| {
+        node_health(a, &admin, "infra").as_ref() == Some(&ours)
+    });
+    argo.wait_for("the Application Healthy", 60, |a| {
+        app_status(a, &admin).0 == "Healthy"
+    });
+
+    // A configuration whose plan fails, and a reconcile through Argo CD: Degraded.
+    op.git.commit(
+        "infra",
+        &[(
+            "main.tf",
+            "resource \"terraform_data\" \"x\" {\n  input = var.missing\n}\n",
+        )],
+    );
+    let (ok, out, err) = action(&argo, &admin_cli, "reconcile");
+    assert!(ok, "argocd app actions run reconcile: {out}{err}");
+    op.wait_for("infra", "failed to plan", 240, |t| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+            .is_some_and(|c| {
+                c.status == tfops_core::conditions::ConditionStatus::False
+                    && c.reason.contains("Plan")
+            })
+    })
+    .await;
+    let ours = our_health(&op, "infra").await;
+    assert_eq!(ours.0, "Degraded", "{ours:?}");
+    argo.wait_for("the object Degraded in Argo CD", 120, |a| {
+        node_health(a, &admin, "infra").is_some_and(|(s, _)| s == "Degraded")
+    });
+    let shown = node_health(&argo, &admin, "infra").unwrap();
+    println!("Argo CD shows the object {}: {}", shown.0, shown.1);
+    assert!(
+        shown.1.contains("var.missing") || shown.1 == ours.1,
+        "{shown:?} / {ours:?}"
+    );
+    argo.wait_for("the Application Degraded", 60, |a| {
+        app_status(a, &admin).0 == "Degraded"
+    });
+}
