@@ -69,10 +69,10 @@ fn action(argo: &ArgoCd, config: &std::path::Path, name: &str) -> (bool, String,
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
-    let op = Operator::start().await;
-    let mut argo = ArgoCd::start(&op).await;
+/// The `infra` Application synced from Git (a Terraform object needing approval) and its plan
+/// waiting; Argo CD shows the object Suspended with tfops' own message. The admin's token and
+/// the pending plan.
+async fn waiting_in_argo_cd(op: &Operator, argo: &mut ArgoCd) -> (String, String) {
     op.git.commit(
         "apps",
         &[("terraform.yaml", &op.manifest("infra", json!({})))],
@@ -112,6 +112,14 @@ async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
     argo.wait_for("the Application Suspended and Synced", 60, |a| {
         app_status(a, &admin) == ("Suspended".into(), "Synced".into())
     });
+    (admin, plan)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
+    let op = Operator::start().await;
+    let mut argo = ArgoCd::start(&op).await;
+    let (admin, plan) = waiting_in_argo_cd(&op, &mut argo).await;
 
     // Discovery, as Argo CD offers the actions: approve is enabled now.
     let admin_cli = argo.login("admin");
@@ -218,4 +226,57 @@ async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
     argo.wait_for("the Application Degraded", 60, |a| {
         app_status(a, &admin).0 == "Degraded"
     });
+}
+
+/// The extension as Argo CD's extension installer lays it out (`ui/extension`'s build).
+fn extension_file() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../ui/extension/dist/resources/tfops/extension-tfops.js")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_terraform_tab_served_by_argocd_server_reads_and_approves_through_its_api() {
+    let extension = extension_file();
+    assert!(
+        extension.is_file(),
+        "{} is missing: `npm ci && npm run build` in ui/extension (scripts/test does)",
+        extension.display()
+    );
+    let op = Operator::start().await;
+    let mut argo = ArgoCd::start(&op).await;
+    let installed = argo.extensions.join("resources/tfops");
+    std::fs::create_dir_all(&installed).unwrap();
+    std::fs::copy(&extension, installed.join("extension-tfops.js")).unwrap();
+    let (_, plan) = waiting_in_argo_cd(&op, &mut argo).await;
+    // argocd-server wraps each extension file it finds into /extensions.js.
+    let served = argo
+        .curl(&["-fsS", &format!("http://{}/extensions.js", argo.server)])
+        .unwrap();
+    assert!(served.contains("extension-tfops.js"), "{served:.300}");
+    assert!(
+        served.contains("registerResourceExtension"),
+        "{served:.300}"
+    );
+
+    let ui = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ui/extension");
+    let mut node = std::process::Command::new("node");
+    node.current_dir(&ui)
+        .args(["--test", "test/argocd-server.test.mjs"])
+        .env("TFOPS_ARGOCD_URL", format!("http://{}", argo.server))
+        .env("TFOPS_ARGOCD_STATIC", argo.static_assets())
+        .env("TFOPS_ARGOCD_PASSWORD", support::argocd::PASSWORD)
+        .env("TFOPS_ARGOCD_PLAN", &plan);
+    let out = node.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    assert!(
+        out.status.success(),
+        "the browser test failed:\n{text}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        argo.logs()
+    );
+    // What the admin's click approved is what tfops applied.
+    let t = op.terraforms().get("infra").await.unwrap();
+    assert!(ready_with(&t, "TerraformAppliedSucceed"));
+    assert_eq!(t.status.unwrap().plan.last_applied, plan);
 }

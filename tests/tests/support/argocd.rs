@@ -279,6 +279,11 @@ impl ArgoCd {
         }
     }
 
+    /// argocd-server's `--staticassets` directory (where Argo CD's UI would be).
+    pub fn static_assets(&self) -> PathBuf {
+        self.dir.path().join("static")
+    }
+
     /// `curl <args>`: its output when it succeeded.
     pub fn curl(&self, args: &[&str]) -> Option<String> {
         let out = Command::new("curl").args(args).output().ok()?;
