@@ -102,7 +102,7 @@ async fn waiting_in_argo_cd(op: &Operator, argo: &mut ArgoCd) -> (String, String
         })
         .await;
     let plan = pending(&t);
-    let ours = our_health(&op, "infra").await;
+    let ours = our_health(op, "infra").await;
     assert_eq!(ours.0, "Suspended");
     argo.wait_for("the object Suspended in Argo CD", 120, |a| {
         node_health(a, &admin, "infra").as_ref() == Some(&ours)
