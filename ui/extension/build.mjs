@@ -4,7 +4,7 @@
 // Also builds the test host's React bundles (test/dist/react16.js, react19.js).
 import { build } from "esbuild";
 import { execFileSync } from "node:child_process";
-import { mkdirSync, rmSync } from "node:fs";
+import { cpSync, mkdirSync, rmSync } from "node:fs";
 
 rmSync("dist", { recursive: true, force: true });
 mkdirSync("dist/resources/tfops", { recursive: true });
@@ -39,3 +39,8 @@ for (const version of ["16", "19"]) {
     logLevel: "warning",
   });
 }
+
+// Font Awesome, which Argo CD's UI loads and the tab's icons use: the test hosts load it too.
+const fa = "node_modules/@fortawesome/fontawesome-free";
+cpSync(`${fa}/css/all.min.css`, "test/dist/fontawesome/css/all.min.css");
+cpSync(`${fa}/webfonts`, "test/dist/fontawesome/webfonts", { recursive: true });

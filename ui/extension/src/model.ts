@@ -58,6 +58,8 @@ export interface Run {
   binary?: string;
   /** The runner identity that planned (or checked drift) in this run. */
   plannedBy?: string;
+  /** The last lines of Terraform's output in this run (what `tfops logs --run` prints). */
+  outputTail?: string;
   /** The runner identity that applied in this run (the apply runner's with `spec.runner.apply`). */
   appliedBy?: string;
 }

@@ -2,7 +2,11 @@
 // shows it, outputs, the state lock, the run history, and the approve / re-plan / force-unlock actions, all through Argo
 // CD's API as the logged-in user.
 import { ApiError, Application, ResourceRef, getResource, runAction } from "./argocd";
+import { History } from "./history";
 import { Run, condition, conditions, identities, lock, pendingPlan, readableNames, runs } from "./model";
+import { PlanView } from "./plan-view";
+import { ARGO, CELL, HEAD_CELL, TABLE, statusIcon } from "./style";
+import { ago, exact } from "./time";
 
 const React: any = (window as any).React;
 const { useEffect, useState } = React;
@@ -31,54 +35,45 @@ async function readablePlan(app: Application, obj: any): Promise<string> {
   return [first, ...rest].map((m) => m.data["plan.txt"]).join("");
 }
 
-function Badge(props: { status: string }) {
-  const colour = props.status === "True" ? "#18be94" : props.status === "False" ? "#e96d76" : "#f4c030";
-  return h("span", { className: "tfops-badge", style: { background: colour, color: "#fff", padding: "0 6px", borderRadius: 3 } }, props.status);
+function Status(props: { status: string }) {
+  const icon = statusIcon(props.status);
+  return h(
+    "span",
+    { className: "tfops-badge", "data-status": props.status },
+    h("i", { className: icon.className, style: { color: icon.color, marginRight: 4 } }),
+    props.status,
+  );
 }
 
 function Conditions(props: { obj: any }) {
   return h(
     "table",
-    { className: "tfops-conditions" },
-    h("thead", null, h("tr", null, ["Type", "Status", "Reason", "Message"].map((t) => h("th", { key: t }, t)))),
+    { className: "tfops-conditions", style: TABLE },
+    h("thead", null, h("tr", null, ["Type", "Status", "Reason", "Message", "Since"].map((t) => h("th", { key: t, style: HEAD_CELL }, t)))),
     h(
       "tbody",
       null,
       conditions(props.obj).map((c) =>
-        h("tr", { key: c.type, "data-condition": c.type }, h("td", null, c.type), h("td", null, h(Badge, { status: c.status })), h("td", null, c.reason), h("td", null, c.message)),
+        h(
+          "tr",
+          { key: c.type, "data-condition": c.type },
+          h("td", { style: CELL }, c.type),
+          h("td", { style: CELL }, h(Status, { status: c.status })),
+          h("td", { style: CELL }, c.reason),
+          h("td", { style: CELL }, c.message),
+          h("td", { style: CELL }, c.lastTransitionTime ? h("span", { className: "tfops-time", title: exact(c.lastTransitionTime) }, ago(c.lastTransitionTime)) : "-"),
+        ),
       ),
     ),
   );
 }
 
-function History(props: { runs: Run[] }) {
-  if (props.runs.length === 0) {
-    return h("p", null, "No runs recorded yet.");
-  }
+/** A panel as Argo CD's resource details show them. */
+function Panel(props: { title: string; children?: any }) {
   return h(
-    "table",
-    { className: "tfops-history" },
-    h("thead", null, h("tr", null, ["Started", "Trigger", "Revision", "Plan", "Changes", "Result", "Reason", "Binary", "Planned by", "Applied by"].map((t) => h("th", { key: t }, t)))),
-    h(
-      "tbody",
-      null,
-      props.runs.map((r, i) =>
-        h(
-          "tr",
-          { key: i },
-          h("td", null, r.startedAt),
-          h("td", null, r.trigger),
-          h("td", null, r.revision || "-"),
-          h("td", null, r.planId || "-"),
-          h("td", null, r.summary ? `+${r.summary.add} ~${r.summary.change} -${r.summary.destroy}` : "-"),
-          h("td", null, r.result),
-          h("td", null, r.reason),
-          h("td", null, r.binary || "-"),
-          h("td", null, r.plannedBy || "-"),
-          h("td", null, r.appliedBy || "-"),
-        ),
-      ),
-    ),
+    "div",
+    { className: "white-box", style: { marginBottom: 16 } },
+    h("div", { className: "white-box__details" }, h("p", { style: { fontWeight: 600, textTransform: "uppercase", color: ARGO.gray6, fontSize: 12, margin: "0 0 8px" } }, props.title), props.children),
   );
 }
 
@@ -115,45 +110,61 @@ export function TerraformTab(props: Props) {
       (e: Error) => setAction({ busy: "", done: "", error: `${name} failed: ${e.message}` }),
     );
   };
-  const button = (name: string, label: string, enabled: boolean) =>
-    h("button", { key: name, className: "argo-button argo-button--base", "data-action": name, disabled: !enabled || action.busy !== "", onClick: () => run(name), style: { marginRight: 8 } }, label);
+  const button = (name: string, label: string, icon: string, enabled: boolean, primary = false) =>
+    h(
+      "button",
+      {
+        key: name,
+        className: primary ? "argo-button argo-button--base" : "argo-button argo-button--base-o",
+        "data-action": name,
+        disabled: !enabled || action.busy !== "",
+        onClick: () => run(name),
+        style: { marginRight: 8 },
+      },
+      h("i", { className: icon, style: { marginRight: 4 } }),
+      action.busy === name ? `${label}…` : label,
+    );
 
   const ready = condition(obj, "Ready");
   const planCondition = condition(obj, "Plan");
   const outputs: string[] = (obj.status && obj.status.availableOutputs) || [];
   const who = identities(obj);
   const whoText = [who.plannedBy && `last planned by ${who.plannedBy}`, who.appliedBy && `last applied by ${who.appliedBy}`].filter(Boolean).join("; ");
+  const error = (text: string) => h("p", { className: "tfops-error", role: "alert", style: { color: ARGO.failed } }, h("i", { className: "fa fa-exclamation-circle", style: { marginRight: 4 } }), text);
   return h(
     "div",
     { className: "tfops-tab", style: { padding: 16 } },
-    h("h4", null, "Terraform ", obj.metadata.namespace, "/", obj.metadata.name),
     h(
-      "p",
-      { className: "tfops-ready" },
-      "Ready: ",
-      ready ? h(Badge, { status: ready.status }) : "not yet reconciled",
-      ready ? ` ${ready.reason}: ${ready.message}` : "",
+      Panel,
+      { title: `Terraform ${obj.metadata.namespace}/${obj.metadata.name}` },
+      h(
+        "p",
+        { className: "tfops-ready" },
+        "Ready: ",
+        ready ? h(Status, { status: ready.status }) : "not yet reconciled",
+        ready ? ` ${ready.reason}: ${ready.message}` : "",
+      ),
+      whoText ? h("p", { className: "tfops-identities" }, whoText.charAt(0).toUpperCase() + whoText.slice(1)) : null,
+      h(
+        "div",
+        { className: "tfops-actions", style: { margin: "12px 0" } },
+        button("approve", pending ? `Approve ${pending}` : "Approve", "fa fa-check", pending !== "", true),
+        button("replan", "Re-plan", "fa fa-redo", true),
+        button("force-unlock", "Force-unlock", "fa fa-unlock", held.id !== ""),
+      ),
+      action.done ? h("p", { className: "tfops-action-done" }, h("i", { className: "fa fa-check-circle", style: { color: ARGO.success, marginRight: 4 } }), `${action.done} requested`) : null,
+      action.error ? error(action.error) : null,
+      held.id ? h("p", { className: "tfops-lock" }, h("i", { className: "fa fa-lock", style: { marginRight: 4 } }), `State lock ${held.id} held by ${held.holder || "an unknown holder"}`) : null,
     ),
-    whoText ? h("p", { className: "tfops-identities" }, whoText.charAt(0).toUpperCase() + whoText.slice(1)) : null,
+    h(Panel, { title: "Conditions" }, h(Conditions, { obj })),
     h(
-      "div",
-      { className: "tfops-actions", style: { margin: "12px 0" } },
-      button("approve", pending ? `Approve ${pending}` : "Approve", pending !== ""),
-      button("replan", "Re-plan", true),
-      button("force-unlock", "Force-unlock", held.id !== ""),
+      Panel,
+      { title: pending ? `Pending plan ${pending}` : "No plan awaits approval" },
+      pending && planCondition ? h("p", { className: "tfops-plan-summary" }, planCondition.message) : null,
+      plan.error ? error(`The readable plan could not be read: ${plan.error}`) : null,
+      pending && plan.text ? h(PlanView, { text: plan.text }) : null,
     ),
-    action.done ? h("p", { className: "tfops-action-done" }, `${action.done} requested`) : null,
-    action.error ? h("p", { className: "tfops-error", role: "alert", style: { color: "#e96d76" } }, action.error) : null,
-    held.id ? h("p", { className: "tfops-lock" }, `State lock ${held.id} held by ${held.holder || "an unknown holder"}`) : null,
-    h("h5", null, "Conditions"),
-    h(Conditions, { obj }),
-    h("h5", null, pending ? `Pending plan ${pending}` : "No plan awaits approval"),
-    pending && planCondition ? h("p", { className: "tfops-plan-summary" }, planCondition.message) : null,
-    plan.error ? h("p", { className: "tfops-error", role: "alert", style: { color: "#e96d76" } }, `The readable plan could not be read: ${plan.error}`) : null,
-    pending && plan.text ? h("pre", { className: "tfops-plan", style: { maxHeight: 480, overflow: "auto", background: "#f6f8fa", padding: 8 } }, plan.text) : null,
-    h("h5", null, "Outputs"),
-    outputs.length ? h("ul", { className: "tfops-outputs" }, outputs.map((o) => h("li", { key: o }, o))) : h("p", null, "No outputs."),
-    h("h5", null, "Runs"),
-    history.error ? h("p", { className: "tfops-error", role: "alert" }, `The run history could not be read: ${history.error}`) : h(History, { runs: history.runs }),
+    h(Panel, { title: "Outputs" }, outputs.length ? h("ul", { className: "tfops-outputs" }, outputs.map((o) => h("li", { key: o }, o))) : h("p", null, "No outputs.")),
+    h(Panel, { title: "Runs" }, history.error ? error(`The run history could not be read: ${history.error}`) : h(History, { runs: history.runs })),
   );
 }

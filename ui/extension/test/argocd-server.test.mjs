@@ -11,7 +11,7 @@
 // TFOPS_SCREENSHOTS (optional).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { copyFileSync, mkdirSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
@@ -25,7 +25,7 @@ let browser;
 
 const hostPage = `<!doctype html><html><head><meta charset="utf-8"><base href="/">
 <title>tfops tab in argocd-server</title>
-<style>body{font-family:sans-serif;font-size:13px;margin:16px} table{border-collapse:collapse} td,th{border:1px solid #ddd;padding:2px 6px;text-align:left}</style>
+<link rel="stylesheet" href="/fontawesome/css/all.min.css"><link rel="stylesheet" href="/host.css">
 <script src="/react19.js"></script>
 <script>
   window.extensionsAPI = {
@@ -65,6 +65,8 @@ before(async () => {
   // CD's UI, empty in a build from the Go module); a file of the assets directory is served.
   writeFileSync(join(dir, "tfops-tab.html"), hostPage);
   copyFileSync(join(here, "dist", "react19.js"), join(dir, "react19.js"));
+  copyFileSync(join(here, "host.css"), join(dir, "host.css"));
+  cpSync(join(here, "dist", "fontawesome"), join(dir, "fontawesome"), { recursive: true });
   browser = await chromium.launch({
     executablePath: process.env.TFOPS_CHROMIUM || "/usr/bin/chromium",
     headless: true,

@@ -17,7 +17,7 @@ const application = {
 
 function hostPage(react, fixture) {
   return `<!doctype html><html><head><meta charset="utf-8"><title>tfops tab</title>
-<style>body{font-family:sans-serif;font-size:13px} table{border-collapse:collapse} td,th{border:1px solid #ddd;padding:2px 6px;text-align:left}</style>
+<link rel="stylesheet" href="/fontawesome/css/all.min.css"><link rel="stylesheet" href="/host.css">
 <script src="/react${react}.js"></script>
 <script>
   window.extensionsAPI = {
@@ -53,6 +53,13 @@ export async function start() {
     }
     if (/^\/react(16|19)\.js$/.test(url.pathname)) {
       return send(res, 200, "application/javascript", readFileSync(join(here, "dist", url.pathname.slice(1))));
+    }
+    if (url.pathname === "/host.css") {
+      return send(res, 200, "text/css", readFileSync(join(here, "host.css")));
+    }
+    if (url.pathname.startsWith("/fontawesome/") && !url.pathname.includes("..")) {
+      const type = url.pathname.endsWith(".css") ? "text/css" : "font/woff2";
+      return send(res, 200, type, readFileSync(join(here, "dist", url.pathname.slice(1))));
     }
     if (url.pathname === "/extensions.js") {
       const js = readFileSync(extension, "utf8");

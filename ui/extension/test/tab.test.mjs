@@ -104,7 +104,7 @@ for (const react of ["16", "19"]) {
       await page.textContent(".tfops-identities"),
       "Last planned by system:serviceaccount:team-a:tf-plan; last applied by system:serviceaccount:team-a:tf-apply",
     );
-    const rows = await page.$$eval(".tfops-history tbody tr", (r) => r.map((tr) => [...tr.children].slice(-3).map((td) => td.textContent)));
+    const rows = await page.$$eval(".tfops-history tbody tr", (r) => r.map((tr) => [...tr.children].slice(-4, -1).map((td) => td.textContent)));
     assert.deepEqual(rows, [
       ["-", "system:serviceaccount:team-a:tf-plan", "-"],
       ["tofu 1.12.6", "system:serviceaccount:team-a:tf-plan", "system:serviceaccount:team-a:tf-apply"],
@@ -126,6 +126,61 @@ for (const react of ["16", "19"]) {
     assert.equal(server.state.actions[0].action, "force-unlock");
     if (react === "19") await screenshot(page, "lock-held-denied");
     server.state.deny = false;
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  test(`React ${react}: a long plan is shown as Terraform shows it, folded by resource with a count`, async () => {
+    const { page, errors } = await open(react, "long-plan");
+    await page.waitForSelector(".tfops-plan");
+    assert.equal(await page.textContent(".tfops-plan-count"), "7 resources: 2 to create, 1 to update in-place, 2 to replace, 1 to destroy, 1 to read");
+    const folded = await page.$$eval("details.tfops-plan-resource", (d) => d.map((e) => [e.dataset.address, e.dataset.action, e.open]));
+    assert.deepEqual(folded, [
+      ["aws_vpc.main", "update", false],
+      ["aws_subnet.a", "create", false],
+      ["aws_subnet.b", "create", false],
+      ["aws_instance.old", "destroy", false],
+      ["aws_instance.web", "replace", false],
+      ["aws_lb.front", "replace", false],
+      ["data.aws_ami.latest", "read", false],
+    ]);
+    // Folded: the block's lines are hidden until its resource line is clicked.
+    const web = "details[data-address='aws_instance.web']";
+    assert.equal(await page.isVisible(`${web} .tfops-plan-line--update`), false);
+    await page.click(`${web} summary`);
+    assert.equal(await page.isVisible(`${web} .tfops-plan-line--update`), true);
+    // Terraform's colours: + green, ~ yellow, - red, <= cyan, -/+ red then green.
+    const colour = (sel) => page.$eval(sel, (e) => getComputedStyle(e).color);
+    assert.equal(await colour("details[data-address='aws_subnet.a'] .tfops-plan-line--create .tfops-plan-symbol span"), "rgb(34, 134, 58)");
+    assert.equal(await colour(`${web} .tfops-plan-line--update .tfops-plan-symbol span`), "rgb(176, 136, 0)");
+    assert.equal(await colour("details[data-address='aws_instance.old'] .tfops-plan-line--destroy .tfops-plan-symbol span"), "rgb(203, 36, 49)");
+    assert.equal(await colour("details[data-address='data.aws_ami.latest'] .tfops-plan-line--read .tfops-plan-symbol span"), "rgb(5, 152, 188)");
+    const replace = await page.$$eval(`${web} summary ~ * .tfops-plan-symbol span, ${web} summary .tfops-plan-symbol span`, (s) => s.map((e) => [e.textContent, getComputedStyle(e).color]));
+    assert.deepEqual(replace.slice(0, 3), [["-", "rgb(203, 36, 49)"], ["/", "rgb(54, 60, 74)"], ["+", "rgb(34, 134, 58)"]]);
+    assert.match(await page.textContent(".tfops-plan"), /Plan: 4 to add, 1 to change, 3 to destroy\./);
+    if (react === "19") {
+      for (const width of [1280, 760]) {
+        await page.setViewportSize({ width, height: 900 });
+        await screenshot(page, `long-plan-${width}`);
+      }
+    }
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  test(`React ${react}: runs show relative times, durations and their logs`, async () => {
+    const { page, errors } = await open(react, "awaiting-approval");
+    await page.waitForSelector(".tfops-history tbody tr");
+    const first = ".tfops-history tbody tr[data-run='1']";
+    assert.match(await page.textContent(`${first} .tfops-time`), /^\d+ (day|hour|minute|second)s? ago$/);
+    assert.equal(await page.getAttribute(`${first} .tfops-time`, "title"), "2026-11-30T10:00:00.000Z");
+    assert.equal(await page.textContent(`${first} .tfops-duration`), "42s");
+    assert.equal(await page.textContent(".tfops-history tbody tr[data-run='2'] .tfops-duration"), "1m 10s");
+    assert.equal(await page.$(".tfops-history tbody tr[data-run='2'] .tfops-log-link"), null, "no output kept, no link");
+    await page.click(`${first} .tfops-log-link`);
+    assert.equal(await page.textContent(".tfops-run-log"), "terraform plan -out=tfplan\nPlan: 1 to add, 1 to change, 0 to destroy.\n");
+    assert.equal(await page.textContent(`${first} .tfops-log-link`), "hide log");
+    assert.match(await page.$eval(`${first} .tfops-result i`, (e) => e.className), /fa-pause-circle/);
     assert.deepEqual(errors, []);
     await page.close();
   });
