@@ -220,8 +220,9 @@ impl ArgoLua {
         libraries: Libraries,
         script: &str,
         object: &Value,
+        params: &BTreeMap<String, String>,
     ) -> Result<Value, ScriptError> {
-        let mut impacted = self.action(libraries, script, object, &BTreeMap::new())?;
+        let mut impacted = self.action(libraries, script, object, params)?;
         match (impacted.pop(), impacted.is_empty()) {
             (Some(one), true) if one.operation == "patch" => Ok(one.resource),
             (other, _) => Err(ScriptError::Harness(format!(

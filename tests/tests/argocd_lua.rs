@@ -155,6 +155,9 @@ struct Offered {
     disabled: bool,
     icon_class: String,
     display_name: String,
+    /// The parameters the action takes (Argo CD keeps their names).
+    #[serde(default)]
+    params: Vec<Value>,
 }
 
 #[derive(Deserialize)]
@@ -164,6 +167,9 @@ struct ActionCase {
     input_path: String,
     expected_output_path: Option<String>,
     expected_error_message: Option<String>,
+    /// `actionParams`, as Argo CD's action tests give them.
+    #[serde(default)]
+    parameters: std::collections::BTreeMap<String, String>,
 }
 
 fn tests_of_actions() -> ActionTests {
@@ -182,6 +188,19 @@ fn discovery_offers_each_action_only_when_it_can_act() {
     {
         let object = yaml(&dir.join(&case.input_path));
         let offered = lua.discover(libraries, &script, &object).unwrap();
+        // The parameters each action asks for, as Argo CD's UI will ask for them.
+        let params: Vec<Value> = lua
+            .discover_json(libraries, &script, &object)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.get("params").cloned().unwrap_or(json!([])))
+            .collect();
+        let expected_params: Vec<Value> = case.result.iter().map(|o| json!(o.params)).collect();
+        assert_eq!(
+            params, expected_params,
+            "{} ({libraries:?})",
+            case.input_path
+        );
         let expected: Vec<OfferedAction> = case
             .result
             .into_iter()
@@ -238,7 +257,7 @@ async fn actions_make_the_documented_edits_which_the_api_server_accepts() {
         let script = read(&dir.join(&case.action).join("action.lua"));
         let object = yaml(&dir.join(&case.input_path));
         let before = jiff::Timestamp::now();
-        let results = BOTH.map(|l| lua.patching_action(l, &script, &object));
+        let results = BOTH.map(|l| lua.patching_action(l, &script, &object, &case.parameters));
         let after = jiff::Timestamp::now();
         if let Some(message) = &case.expected_error_message {
             for result in results {
@@ -435,6 +454,7 @@ fn the_shipped_argocd_cm_entries_are_these_scripts() {
             Libraries::Customization,
             approve["action.lua"].as_str().unwrap(),
             &object,
+            &Default::default(),
         )
         .unwrap();
     let changed = at_fixture_time(&changed, before, jiff::Timestamp::now());

@@ -192,6 +192,27 @@ async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
         app_status(a, &admin).0 == "Healthy"
     });
 
+    // Suspend through Argo CD: an annotation (the spec Git owns stays), Suspended with the
+    // reason; resume removes it.
+    let (ok, out, err) = action(&argo, &admin_cli, "suspend");
+    assert!(ok, "argocd app actions run suspend: {out}{err}");
+    argo.wait_for("the object Suspended by the suspend action", 120, |a| {
+        node_health(a, &admin, "infra").is_some_and(|(s, m)| {
+            s == "Suspended" && m.contains("infra.argocd.io/suspend: suspended through Argo CD at")
+        })
+    });
+    let t = op.terraforms().get("infra").await.unwrap();
+    assert!(!t.spec.suspend, "the spec is Git's");
+    println!(
+        "after the suspend action: {:?}",
+        node_health(&argo, &admin, "infra").unwrap()
+    );
+    let (ok, out, err) = action(&argo, &admin_cli, "resume");
+    assert!(ok, "argocd app actions run resume: {out}{err}");
+    argo.wait_for("the object Healthy again after resume", 120, |a| {
+        node_health(a, &admin, "infra").is_some_and(|(s, _)| s == "Healthy")
+    });
+
     // A configuration whose plan fails, and a reconcile through Argo CD: Degraded.
     op.git.commit(
         "infra",

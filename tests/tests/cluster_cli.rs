@@ -206,14 +206,33 @@ async fn a_person_with_the_approver_role_reviews_approves_and_steers_objects() {
     assert_eq!(code, 2);
     assert!(err.contains("records no held state lock"), "{err}");
 
-    // Suspend and resume edit the spec; reconcile and replan set their annotations.
+    // Suspend sets the suspend annotation (the spec, Git's, stays) and the controller says
+    // so; resume removes it; reconcile and replan set their annotations.
     let (code, out, _) = tfops(&alice, &["suspend", "app", "-n", "team-a"]);
     assert_eq!(code, 0);
     assert!(out.contains("suspended"), "{out}");
-    assert!(op.terraforms().get("app").await.unwrap().spec.suspend);
+    let suspended = op.terraforms().get("app").await.unwrap();
+    assert!(!suspended.spec.suspend);
+    assert!(
+        annotations(&op).await["infra.argocd.io/suspend"]
+            .starts_with("suspended with tfops suspend at ")
+    );
+    op.wait_for("app", "said it is suspended", 120, |t| {
+        ready_with(t, "Suspended")
+            && t.status.as_ref().unwrap().conditions.iter().any(|c| {
+                c.type_ == "Ready"
+                    && c.message
+                        .contains("infra.argocd.io/suspend: suspended with tfops suspend at")
+            })
+    })
+    .await;
     let (code, _, _) = tfops(&alice, &["resume", "app", "-n", "team-a"]);
     assert_eq!(code, 0);
-    assert!(!op.terraforms().get("app").await.unwrap().spec.suspend);
+    assert!(
+        !annotations(&op)
+            .await
+            .contains_key("infra.argocd.io/suspend")
+    );
     let handled_before = t.status.as_ref().unwrap().last_handled_replan_at.clone();
     let (code, _, err) = tfops(&alice, &["replan", "app", "-n", "team-a"]);
     assert_eq!(code, 0, "{err}");

@@ -29,7 +29,8 @@ pub struct Health {
 }
 
 /// Argo CD health of an object, as docs/argocd.md's health table says, with a message a person can
-/// act on. In order: `spec.suspend` or reason `Suspended` → Suspended; `Stalled=True` (a
+/// act on. In order: `spec.suspend`, the `infra.argocd.io/suspend` annotation or reason
+/// `Suspended` → Suspended (saying why); `Stalled=True` (a
 /// spec that cannot work until edited) → Degraded with its message; no `Ready` → Progressing;
 /// being deleted → Progressing ("deleting: …") unless `Ready=False`; a spec generation not yet
 /// acted on → Progressing; `Ready=True` → Healthy; `Ready=Unknown` → Suspended when a plan
@@ -43,10 +44,12 @@ pub fn health(object: &TerraformObject) -> Health {
     let ready = find(conditions, ConditionType::Ready);
     let message = ready.map(|c| c.message.clone()).unwrap_or_default();
     let h = |status, message: String| Health { status, message };
-    if object.spec.suspend || ready.is_some_and(|c| c.reason == Reason::Suspended.as_str()) {
+    let suspension = object.suspension();
+    if suspension.is_some() || ready.is_some_and(|c| c.reason == Reason::Suspended.as_str()) {
+        let why = suspension.map(|w| format!("{w}; ")).unwrap_or_default();
         return h(
             HealthStatus::Suspended,
-            "reconciliation is suspended (the resume action resumes it)".into(),
+            format!("reconciliation is suspended ({why}the resume action resumes it)"),
         );
     }
     if let Some(stalled) =

@@ -47,6 +47,8 @@ enum Action {
     NewRevision(usize, u8),
     /// (object, names the pending plan, with a fresh `@token`).
     ApproveByAnnotation(usize, bool, bool),
+    /// Sets or removes the `infra.argocd.io/suspend` annotation.
+    SuspendByAnnotation(usize),
     Replan(usize),
     RequestReconcile(usize),
     UnlockByAnnotation(usize),
@@ -129,6 +131,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => obj.clone().prop_map(Action::Replan),
         1 => obj.clone().prop_map(Action::RequestReconcile),
         1 => obj.clone().prop_map(Action::UnlockByAnnotation),
+        1 => obj.clone().prop_map(Action::SuspendByAnnotation),
         1 => proptest::sample::select(FAULTS).prop_map(Action::Fail),
         3 => proptest::sample::select(&[1u64, 20, 300, 660, 7200][..]).prop_map(Action::Advance),
         1 => obj.clone().prop_map(Action::Drift),
@@ -323,6 +326,17 @@ impl Model {
                 let t = self.token();
                 w.annotate(&self.keys[i], annotations::REPLAN, &t);
             }
+            Action::SuspendByAnnotation(i) => {
+                let set = w
+                    .object(&self.keys[i])
+                    .is_some_and(|o| o.metadata.annotations.contains_key(annotations::SUSPEND));
+                if set {
+                    w.unannotate(&self.keys[i], annotations::SUSPEND);
+                } else {
+                    let reason = format!("frozen {}", self.token());
+                    w.annotate(&self.keys[i], annotations::SUSPEND, &reason);
+                }
+            }
             Action::RequestReconcile(i) => {
                 let t = self.token();
                 w.annotate(&self.keys[i], annotations::RECONCILE, &t);
@@ -393,6 +407,21 @@ impl Model {
         let calls: Vec<_> = w.lock().calls[calls_before..].to_vec();
         let new_sessions = w.lock().sessions > sessions_before;
         let deleting = before.metadata.deletion_timestamp.is_some();
+
+        // A suspended object (spec.suspend, or the suspend annotation with any value) starts
+        // nothing: no runner session, no apply (deletion is not a run and goes on).
+        let suspended = before.spec.suspend
+            || before
+                .metadata
+                .annotations
+                .contains_key(annotations::SUSPEND);
+        if suspended && !deleting {
+            prop_assert!(!new_sessions, "a suspended object started a runner session");
+            prop_assert!(
+                calls.iter().all(|c| c.op != FakeOp::Apply),
+                "a suspended object applied"
+            );
+        }
 
         // Nothing is applied without auto or force, unless a human approved exactly what it
         // does after seeing it pending, and never without a plan made in the same session.

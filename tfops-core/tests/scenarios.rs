@@ -319,6 +319,42 @@ async fn suspend_stops_runs_and_resume_continues() {
 }
 
 #[tokio::test]
+async fn the_suspend_annotation_stops_runs_says_why_and_its_removal_resumes() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    reconcile(&w, &key).await;
+    assert_eq!(w.applies(&key), 1);
+    let sessions = w.lock().sessions;
+    w.annotate(&key, annotations::SUSPEND, "change freeze until Monday");
+    reconcile(&w, &key).await;
+    let (status, reason, message) = ready(&w, &key);
+    assert_eq!((status, reason.as_str()), (Unknown, "Suspended"));
+    assert_eq!(
+        message,
+        "reconciliation is suspended (infra.argocd.io/suspend: change freeze until Monday)"
+    );
+    let h = health(&w.object(&key).unwrap());
+    assert_eq!(h.status, HealthStatus::Suspended);
+    assert_eq!(
+        h.message,
+        "reconciliation is suspended (infra.argocd.io/suspend: change freeze until Monday; the resume action resumes it)"
+    );
+    assert_eq!(w.lock().sessions, sessions, "no runner while suspended");
+    assert_eq!(w.applies(&key), 1);
+    // Removing the annotation moves no generation and nothing is due on the interval: the
+    // next reconcile runs all the same, so Ready stops saying Suspended.
+    w.unannotate(&key, annotations::SUSPEND);
+    reconcile(&w, &key).await;
+    let (status, reason, _) = ready(&w, &key);
+    assert_eq!(status, True, "{reason}");
+    assert!(w.lock().sessions > sessions, "a run after resuming");
+    assert_eq!(
+        health(&w.object(&key).unwrap()).status,
+        HealthStatus::Healthy
+    );
+}
+
+#[tokio::test]
 async fn a_dependant_waits_for_its_dependency_to_be_ready() {
     let w = world();
     let app = w.create(object(

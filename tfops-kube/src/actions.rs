@@ -86,9 +86,11 @@ pub enum Request {
     Reconcile,
     /// A fresh plan even when nothing changed ([`annotations::REPLAN`]).
     Replan,
-    /// `spec.suspend: true`.
+    /// The [`annotations::SUSPEND`] annotation (as the Argo CD suspend action sets it): no
+    /// runs until resumed, and Git's `spec` stays as it is.
     Suspend,
-    /// `spec.suspend: false`.
+    /// The [`annotations::SUSPEND`] annotation removed and `spec.suspend: false` (as the Argo CD
+    /// resume action does).
     Resume,
 }
 
@@ -300,8 +302,13 @@ impl Actions {
                 let now = token();
                 json!({"metadata": {"annotations": {annotations::REPLAN: now, annotations::RECONCILE: now}}})
             }
-            Request::Suspend => json!({"spec": {"suspend": true}}),
-            Request::Resume => json!({"spec": {"suspend": false}}),
+            Request::Suspend => json!({"metadata": {"annotations": {
+                annotations::SUSPEND: format!("suspended with tfops suspend at {}", token()),
+            }}}),
+            Request::Resume => json!({
+                "metadata": {"annotations": {annotations::SUSPEND: null}},
+                "spec": {"suspend": false},
+            }),
         };
         self.edit(key, "editing", |_| Ok((patch.clone(), ()))).await
     }

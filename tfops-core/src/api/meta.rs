@@ -89,6 +89,20 @@ impl TerraformObject {
             .filter(|v| !v.is_empty())
     }
 
+    /// Why the object is suspended, when it is: `spec.suspend`, or the
+    /// [`super::annotations::SUSPEND`] annotation (present, whatever its value) with its reason.
+    pub fn suspension(&self) -> Option<String> {
+        if self.spec.suspend {
+            return Some("spec.suspend is true".into());
+        }
+        let reason = self.metadata.annotations.get(super::annotations::SUSPEND)?;
+        // (Not trimmed: Argo CD's health script, which says the same, has no string functions.)
+        Some(match reason.as_str() {
+            "" => format!("{} is set", super::annotations::SUSPEND),
+            why => format!("{}: {why}", super::annotations::SUSPEND),
+        })
+    }
+
     /// Whether tfops' finalizer is present.
     pub fn has_finalizer(&self) -> bool {
         self.metadata

@@ -76,6 +76,10 @@ pub mod annotations {
     /// (its content changed under the same id), give a new token. It is acted on by the run
     /// that a new [`RECONCILE`] value set with it starts (or the next scheduled one).
     pub const APPROVE: &str = "infra.argocd.io/approve";
+    /// `<reason>`: suspends the object as `spec.suspend: true` does (no run starts; a step
+    /// under way finishes), without editing the spec that Git (and Argo CD's self-heal) owns.
+    /// Removing it resumes. The Argo CD suspend and resume actions set and remove it.
+    pub const SUSPEND: &str = "infra.argocd.io/suspend";
     /// A lock id: releases the state lock with that id once (`terraform force-unlock`) when it
     /// equals `status.lock.pending`, on the next run (set a new [`RECONCILE`] value to run now).
     pub const FORCE_UNLOCK: &str = "infra.argocd.io/force-unlock";

@@ -19,7 +19,9 @@ pub struct TerraformSpec {
     /// `interval` (or this value, if larger). Go duration. Default `15s`.
     #[serde(default = "default_retry_interval")]
     pub retry_interval: String,
-    /// Stop reconciling: no runs start until this is false again. Default false.
+    /// Stop reconciling: no runs start until this is false again. Default false. The annotation
+    /// `infra.argocd.io/suspend: "<reason>"` does the same without editing the spec (what the
+    /// Argo CD suspend action and `tfops suspend` set); removing it resumes.
     #[serde(default)]
     pub suspend: bool,
     /// Where the Terraform configuration comes from.

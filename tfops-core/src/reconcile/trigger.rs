@@ -18,12 +18,12 @@ use crate::conditions::{ConditionStatus, ConditionType, Reason};
 /// started (`Reconciling`, and the request annotations handled).
 pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> {
     let s = run.s;
-    if s.object.spec.suspend {
+    if let Some(why) = s.object.suspension() {
         run.set(
             ConditionType::Ready,
             ConditionStatus::Unknown,
             Reason::Suspended,
-            "reconciliation is suspended (spec.suspend is true)",
+            format!("reconciliation is suspended ({why})"),
         );
         run.remove(ConditionType::Reconciling);
         return Err(Stop::next(Step::Done {
@@ -37,8 +37,13 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
         .iter()
         .any(|r| r.step != StepKind::AddFinalizer);
     let resuming = s.object.status.active_run.is_some();
+    // Resumed (spec.suspend cleared, or the suspend annotation removed, which moves no
+    // generation): a run is due at once, so that Ready stops saying Suspended.
+    let resumed = crate::conditions::find(&s.object.status.conditions, ConditionType::Ready)
+        .is_some_and(|c| c.reason == Reason::Suspended.as_str());
     if !started
         && !resuming
+        && !resumed
         && let Err(next) = timing::due(&s.object, valid, s.now)
     {
         return Err(Stop::next(Step::Done {

@@ -284,6 +284,13 @@ impl FakeWorld {
         }
     }
 
+    /// Removes an annotation (generation unchanged).
+    pub fn unannotate(&self, key: &ObjectKey, name: &str) {
+        if let Some(o) = self.lock().objects.get_mut(key) {
+            o.metadata.annotations.remove(name);
+        }
+    }
+
     /// Requests deletion: the object goes at once without finalizers, else when they are gone.
     pub fn delete(&self, key: &ObjectKey) {
         let mut w = self.lock();

@@ -138,5 +138,9 @@ async fn an_object_that_keeps_changing_ends_the_edit_with_a_clear_error() {
     );
     let s = script.lock().unwrap();
     assert_eq!(s.requests, 2 * ATTEMPTS);
-    assert!(s.patches.iter().all(|p| p["spec"]["suspend"] == true));
+    assert!(s.patches.iter().all(|p| {
+        p["metadata"]["annotations"]["infra.argocd.io/suspend"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("suspended with tfops suspend at "))
+    }));
 }

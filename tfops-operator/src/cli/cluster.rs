@@ -158,7 +158,12 @@ fn row(t: &Terraform, with_namespace: bool) -> Vec<String> {
     row.push(dash(ready.map_or("", |c| c.reason.as_str())));
     row.push(dash(&status.plan.pending));
     row.push(age(status.last_drift_detected_at));
-    row.push(if t.spec.suspend { "True" } else { "False" }.into());
+    let suspended = t.spec.suspend
+        || t.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(tfops_core::api::annotations::SUSPEND));
+    row.push(if suspended { "True" } else { "False" }.into());
     row.push(age(t.metadata.creation_timestamp.as_ref().map(|c| c.0)));
     row
 }

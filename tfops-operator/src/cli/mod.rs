@@ -38,9 +38,10 @@ pub enum Command {
     Replan(cluster::NameArgs),
     /// Ask for a run now.
     Reconcile(cluster::NameArgs),
-    /// Stop reconciling an object (`spec.suspend: true`).
+    /// Stop reconciling an object (the `infra.argocd.io/suspend` annotation; Git's spec is
+    /// left alone).
     Suspend(cluster::NameArgs),
-    /// Reconcile a suspended object again (`spec.suspend: false`).
+    /// Reconcile a suspended object again (the annotation removed, `spec.suspend: false`).
     Resume(cluster::NameArgs),
     /// Release a held state lock, after showing who holds it.
     Unlock(cluster::UnlockArgs),

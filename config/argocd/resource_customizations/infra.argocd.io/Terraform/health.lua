@@ -31,9 +31,21 @@ if ready ~= nil then
   message = text(ready.message)
 end
 
-if spec.suspend == true or (ready ~= nil and ready.reason == "Suspended") then
+-- Suspended by spec.suspend or by the infra.argocd.io/suspend annotation (its value is the
+-- reason; the suspend action sets it, so that a self-healing Application keeps it).
+local annotations = (obj.metadata or {}).annotations or {}
+local suspendedBy = annotations["infra.argocd.io/suspend"]
+local why = ""
+if spec.suspend == true then
+  why = "spec.suspend is true; "
+elseif suspendedBy == "" then
+  why = "infra.argocd.io/suspend is set; "
+elseif suspendedBy ~= nil then
+  why = "infra.argocd.io/suspend: " .. suspendedBy .. "; "
+end
+if why ~= "" or (ready ~= nil and ready.reason == "Suspended") then
   hs.status = "Suspended"
-  hs.message = "reconciliation is suspended (the resume action resumes it)"
+  hs.message = "reconciliation is suspended (" .. why .. "the resume action resumes it)"
   return hs
 end
 

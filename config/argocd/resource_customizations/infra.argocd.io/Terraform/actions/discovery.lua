@@ -4,7 +4,8 @@ local actions = {}
 local status = obj.status or {}
 local plan = status.plan or {}
 local lock = status.lock or {}
-local suspended = obj.spec ~= nil and obj.spec.suspend == true
+local annotations = (obj.metadata or {}).annotations or {}
+local suspended = (obj.spec ~= nil and obj.spec.suspend == true) or annotations["infra.argocd.io/suspend"] ~= nil
 
 actions["approve"] = {
   ["disabled"] = plan.pending == nil or plan.pending == "",
@@ -25,6 +26,7 @@ actions["suspend"] = {
   ["disabled"] = suspended,
   ["iconClass"] = "fa fa-fw fa-pause",
   ["displayName"] = "Suspend",
+  ["params"] = { { ["name"] = "reason" } },
 }
 actions["resume"] = {
   ["disabled"] = not suspended,
