@@ -338,7 +338,7 @@ async fn a_runner_oom_killed_mid_apply_is_reported_at_once_with_its_reason() {
     match applied {
         Err(PortError::Unavailable(m)) => {
             assert!(
-                m.contains("runner Pod team-a/slow-tf-runner died: OOMKilled (exit code 137)"),
+                m.contains("runner Pod team-a/slow-tf-runner died: killed (OOMKilled: over its memory limit, exit code 137)"),
                 "{m}"
             )
         }

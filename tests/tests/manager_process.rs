@@ -102,7 +102,7 @@ async fn two_replicas_elect_a_leader_and_the_standby_takes_over() {
     assert_eq!(apply["object"], "team-a/one", "{apply}");
     assert_ne!(apply["run_id"], "-", "{apply}");
     assert_eq!(apply["span"]["object"], "team-a/one", "{apply}");
-    // Any line of the reconcile carries the step and run id the span recorded.
+    // Any line logged during a step carries that step and its run id (its span's).
     assert_eq!(apply["span"]["step"], "Apply", "{apply}");
     assert_eq!(apply["span"]["run_id"], apply["run_id"], "{apply}");
     for line in [

@@ -177,7 +177,7 @@ async fn a_runner_container_oom_killed_mid_apply_converges_with_no_human() {
     let pod = pods.get("greedy-tf-runner").await.unwrap();
     let uid = pod.metadata.uid.clone().unwrap();
     assert!(exec(&uid, "touch /tmp/go").0);
-    let expected = "runner Pod team-a/greedy-tf-runner died: OOMKilled (exit code 137)";
+    let expected = "runner Pod team-a/greedy-tf-runner died: killed (OOMKilled: over its memory limit, exit code 137)";
     op.wait_for("greedy", "reported the OOM kill", 90, move |t| {
         t.status
             .as_ref()

@@ -38,9 +38,9 @@ async fn killed_mid_apply_converges(op: &Operator, name: &str, oom: bool) {
         assert!(op.cluster.node().unwrap().kill("team-a", &pod));
     }
     let said = if oom {
-        "OOMKilled (exit code 137)"
+        "killed (OOMKilled: over its memory limit, exit code 137)"
     } else {
-        "Error (exit code 137)"
+        "killed by SIGKILL (exit code 137)"
     };
     let expected = format!("runner Pod team-a/{pod} died: {said}");
     let expected_ = expected.clone();

@@ -134,6 +134,10 @@ string_enum!(
         TFExecApplyFailed,
         /// The source could not be resolved or fetched.
         SourceFetchFailed,
+        /// Something the source names does not exist (the repository, its ref or commit, a
+        /// credentials Secret, a local directory): retried at `spec.interval`, not with the
+        /// quick backoff, since only a person can create it.
+        SourceNotFound,
         /// The state lock is held by someone else.
         LockHeld,
         /// The infrastructure no longer matches the state.

@@ -656,6 +656,36 @@ async fn runner_quota_and_access_errors_have_their_own_reasons() {
 }
 
 #[tokio::test]
+async fn a_source_that_does_not_exist_is_named_and_retried_at_the_interval() {
+    let w = world();
+    let key = w.create(object(
+        "vpc",
+        json!({"approvePlan": "auto", "interval": "10m", "retryInterval": "15s"}),
+    ));
+    w.fail_always(
+        FakeOp::Resolve,
+        PortError::NotFound(
+            "git://git.example/nowhere: no such repository (repository not exported)".into(),
+        ),
+    );
+    reconcile(&w, &key).await;
+    let (status, reason, message) = ready(&w, &key);
+    assert_eq!((status, reason.as_str()), (False, "SourceNotFound"));
+    assert!(message.contains("no such repository"), "{message}");
+    assert!(message.ends_with("(retry 1 in 10m)"), "{message}");
+    // Not the quick backoff: no run (no second failure) before the interval.
+    w.advance(Duration::from_secs(120));
+    reconcile(&w, &key).await;
+    assert_eq!(w.object(&key).unwrap().status.reconciliation_failures, 1);
+    assert!(ready(&w, &key).2.ends_with("(retry 1 in 10m)"));
+    // Someone creates it; the next run at the interval finds it.
+    w.heal(FakeOp::Resolve);
+    w.advance(Duration::from_secs(481));
+    reconcile(&w, &key).await;
+    assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+}
+
+#[tokio::test]
 async fn a_standing_approval_never_applies_a_plan_nobody_saw() {
     let w = world();
     // Pre-approved with the id a human computed from the commit: still reviewed first.

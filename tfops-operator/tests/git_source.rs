@@ -236,6 +236,35 @@ fn unknown_refs_and_unreachable_hosts_are_named() {
 }
 
 #[test]
+fn a_repository_that_does_not_exist_is_named_as_such() {
+    let d = daemon();
+    let src = GitSource::new(tempfile::tempdir().unwrap().path());
+    let server = http_server(d.root.path());
+    let good = GitCredentials {
+        username: Some("alice".into()),
+        password: Some("s3cret-token".into()),
+        ..GitCredentials::default()
+    };
+    let main = reference(serde_json::json!({"branch": "main"}));
+    for (url, credentials) in [
+        (d.url("nowhere"), GitCredentials::default()),
+        (format!("http://127.0.0.1:{}/nowhere", server.port), good),
+    ] {
+        let err = src.resolve(&url, &main, &credentials).unwrap_err();
+        println!("{url}: {err}");
+        assert!(
+            matches!(err, GitError::NoSuchRepository { .. }),
+            "{url}: {err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{url}: no such repository")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn local_mode_reconciles_a_git_repository() {
     let d = daemon();
     let project = tempfile::tempdir().unwrap();

@@ -217,7 +217,7 @@ fn bad_input_gets_a_clear_message() {
     let out = tfops(p.path(), &["local", "apply", "-f", "terraform.yaml"]);
     assert_eq!(out.code, 1);
     assert!(
-        out.stdout.contains("SourceFetchFailed") && out.stdout.contains("does not exist"),
+        out.stdout.contains("SourceNotFound") && out.stdout.contains("does not exist"),
         "{}",
         out.stdout
     );

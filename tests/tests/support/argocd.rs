@@ -137,7 +137,10 @@ impl ArgoCd {
                 .env("ARGOCD_TLS_DATA_PATH", state.join("tls"))
                 .env("ARGOCD_SSH_DATA_PATH", state.join("ssh"))
                 .env("ARGOCD_GNUPGHOME", state.join("gpg"))
-                .env("HOME", &state);
+                .env("HOME", &state)
+                // The repo-server clones under $TMPDIR/_argocd-repo: the test's directory,
+                // so nothing is left in /tmp.
+                .env("TMPDIR", &state);
             c
         };
         let mut repo_server = common("argocd-repo-server");

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::model::{Decision, Step, StepFailure, StepKind};
 use super::run::{End, Run, Stop};
-use super::timing::{backoff, retries_exhausted};
+use super::timing::{retries_exhausted, retry_wait};
 use crate::api::{ForceUnlock, LockStatus, annotations};
 use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
 
@@ -180,7 +180,7 @@ fn record_failure(run: &mut Run<'_>, failure: StepFailure) -> Option<Duration> {
         run.set_stalled(Reason::RetryLimitReached, message);
         None
     } else {
-        let wait = backoff(run.retry_interval, run.interval, failures);
+        let wait = retry_wait(failure.reason, run.retry_interval, run.interval, failures);
         run.set(
             ConditionType::Ready,
             ConditionStatus::False,

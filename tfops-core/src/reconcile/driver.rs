@@ -163,21 +163,27 @@ impl Driver {
                     .as_ref()
                     .map_or_else(|| "-".to_string(), |r| r.run_id.clone()),
             };
-            // The embedding controller's span (when it declares these fields) carries them
-            // on every line logged during the step.
-            let span = tracing::Span::current();
-            span.record("step", tracing::field::debug(kind));
-            span.record("run_id", run_id.as_str());
-            tracing::info!(object = %key, step = ?kind, run_id = %run_id, "step started");
-            let result = self.perform(&snapshot.object, decision.step, state).await;
-            match &result {
+            // A span of its own for each step (a child of the embedder's span), so every
+            // line logged during the step (kube's too) names this step and no other. (Recording
+            // the step into one span per reconcile made text lines list every step so far:
+            // tracing-subscriber appends a field recorded again.)
+            let span = tracing::info_span!("step", object = %key, step = ?kind, run_id = %run_id);
+            span.in_scope(
+                || tracing::info!(object = %key, step = ?kind, run_id = %run_id, "step started"),
+            );
+            let result = tracing::Instrument::instrument(
+                self.perform(&snapshot.object, decision.step, state),
+                span.clone(),
+            )
+            .await;
+            span.in_scope(|| match &result {
                 Ok(_) => {
                     tracing::info!(object = %key, step = ?kind, run_id = %run_id, "step succeeded")
                 }
                 Err(f) => {
                     tracing::warn!(object = %key, step = ?kind, run_id = %run_id, reason = %f.reason, message = %f.message, "step failed")
                 }
-            }
+            });
             // Failures that do not end a run still deserve a Warning event.
             if let (StepKind::Cleanup | StepKind::ForceUnlock, Err(f)) = (kind, &result) {
                 self.warn(&key, f).await;

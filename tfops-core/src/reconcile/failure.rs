@@ -18,6 +18,9 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
         (PortError::QuotaExhausted(_), StepKind::StartRunner | StepKind::StartApplyRunner) => {
             Reason::RunnerQuotaExhausted
         }
+        (PortError::NotFound(_), StepKind::ResolveSource | StepKind::FetchSource) => {
+            Reason::SourceNotFound
+        }
         (_, StepKind::ResolveSource) => Reason::SourceFetchFailed,
         (_, StepKind::FetchSource) => Reason::SourceFetchFailed,
         (_, StepKind::StartRunner | StepKind::StartApplyRunner) => Reason::RunnerConnectionFailed,

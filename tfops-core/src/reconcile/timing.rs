@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::api::{TerraformObject, ValidSpec, annotations};
+use crate::conditions::{ConditionType, Reason};
 
 /// Why a run starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +21,22 @@ pub enum Trigger {
     Resume,
     /// `spec.interval` elapsed since the last run.
     Interval,
+}
+
+/// How long after a failed run the next one starts: `spec.interval` when what the source
+/// names does not exist ([`Reason::SourceNotFound`]: only a person can create it), else
+/// [`backoff`].
+pub fn retry_wait(
+    reason: Reason,
+    retry_interval: Duration,
+    interval: Duration,
+    failures: i64,
+) -> Duration {
+    if reason == Reason::SourceNotFound {
+        interval
+    } else {
+        backoff(retry_interval, interval, failures)
+    }
 }
 
 /// The delay before the retry after `failures` consecutive failures: `retry_interval` doubled
@@ -79,7 +96,15 @@ pub fn due(
         if retries_exhausted(object, status.reconciliation_failures) {
             return Err(None);
         }
-        let wait = backoff(
+        // The last failure's reason, as the Ready condition keeps it.
+        let not_found = crate::conditions::find(&status.conditions, ConditionType::Ready)
+            .is_some_and(|c| c.reason == Reason::SourceNotFound.as_str());
+        let wait = retry_wait(
+            if not_found {
+                Reason::SourceNotFound
+            } else {
+                Reason::Progressing
+            },
             spec.retry_interval,
             spec.interval,
             status.reconciliation_failures,

@@ -188,14 +188,9 @@ impl Context {
 async fn reconcile(cached: Arc<Terraform>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let key = key_of(&cached);
     let started = std::time::Instant::now();
-    // Every line logged during the reconcile (kube's too) carries the object, and the step
-    // and run id the driver records in this span as it goes.
-    let span = tracing::info_span!(
-        "reconcile",
-        object = %key,
-        step = tracing::field::Empty,
-        run_id = tracing::field::Empty
-    );
+    // Every line logged during the reconcile (kube's too) carries the object; the driver
+    // opens a child span per step with the step and run id.
+    let span = tracing::info_span!("reconcile", object = %key);
     // The semaphore is never closed, so acquiring fails never; were it closed, the reconcile
     // would go on unlimited rather than stop.
     let permit = ctx.permits.acquire().await.ok();

@@ -54,16 +54,11 @@ pub fn death(pod: &Pod) -> Option<String> {
         .and_then(|cs| cs.first())
         .and_then(|c| c.state.as_ref());
     if let Some(t) = container.and_then(|s| s.terminated.as_ref()) {
-        let reason = t.reason.clone().unwrap_or_else(|| "Terminated".into());
-        let mut text = format!("{reason} (exit code {})", t.exit_code);
-        if let Some(m) = t
-            .message
-            .as_deref()
-            .map(str::trim)
-            .filter(|m| !m.is_empty())
-        {
-            text.push_str(": ");
-            text.push_str(&tail(m, 600));
+        let mut text = ending(t.reason.as_deref(), t.exit_code);
+        let printed = t.message.as_deref().map(last_lines).unwrap_or_default();
+        if !printed.is_empty() {
+            text.push_str("; the last lines Terraform printed:\n");
+            text.push_str(&printed);
         }
         return Some(text);
     }
@@ -89,6 +84,72 @@ pub fn death(pod: &Pod) -> Option<String> {
         _ => None,
     }
 }
+
+/// How a container ended, in words: killed for memory, killed by a signal (an exit code over
+/// 128 is 128 + the signal, as a shell and the kubelet report it), or exited with a code.
+fn ending(reason: Option<&str>, code: i32) -> String {
+    if reason == Some("OOMKilled") {
+        return format!("killed (OOMKilled: over its memory limit, exit code {code})");
+    }
+    if code > 128 {
+        let signal = match code - 128 {
+            1 => "SIGHUP".to_string(),
+            2 => "SIGINT".to_string(),
+            6 => "SIGABRT".to_string(),
+            9 => "SIGKILL".to_string(),
+            11 => "SIGSEGV".to_string(),
+            15 => "SIGTERM".to_string(),
+            n => format!("signal {n}"),
+        };
+        return format!("killed by {signal} (exit code {code})");
+    }
+    match reason {
+        Some(r) if r != "Error" => format!("exited with code {code} ({r})"),
+        _ => format!("exited with code {code}"),
+    }
+}
+
+/// Lines of a termination message (the tail of the runner's log, which may start mid-line)
+/// as a person reads them: the lines Terraform printed, from the runner's JSON log lines
+/// (those naming a `command`), at most the last [`PRINTED_LINES`]; without any, the runner's
+/// own last messages; plain text lines as they are. A cut first line is dropped.
+fn last_lines(message: &str) -> String {
+    let mut terraform = Vec::new();
+    let mut runner = Vec::new();
+    for (i, line) in message.lines().enumerate() {
+        let line = line.trim_end();
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(serde_json::Value::Object(o)) => {
+                let text = o
+                    .get("message")
+                    .and_then(|m| m.as_str())
+                    .unwrap_or_default();
+                if o.contains_key("command") {
+                    terraform.push(text.to_string());
+                } else if !text.is_empty() {
+                    runner.push(text.to_string());
+                }
+            }
+            // The first line of a cut log is a fragment of a JSON line: not worth reading.
+            _ if i == 0 && !line.starts_with('{') && message.contains("\n{") => {}
+            _ if line.starts_with('{') || line.contains("\":") => {}
+            _ => runner.push(line.to_string()),
+        }
+    }
+    let chosen = if terraform.is_empty() {
+        runner
+    } else {
+        terraform
+    };
+    let from = chosen.len().saturating_sub(PRINTED_LINES);
+    tail(&chosen[from..].join("\n"), 1200)
+}
+
+/// How many of the last printed lines a death's message keeps.
+const PRINTED_LINES: usize = 8;
 
 /// The Pod's state in a few words, for a timeout message.
 pub fn summary(pod: &Pod) -> String {
@@ -170,7 +231,10 @@ mod tests {
         );
         assert_eq!(
             death(&oom).as_deref(),
-            Some("OOMKilled (exit code 137): killed")
+            Some(
+                "killed (OOMKilled: over its memory limit, exit code 137); the last lines \
+                 Terraform printed:\nkilled"
+            )
         );
         let stuck = pod(
             serde_json::json!({"phase": "Pending", "containerStatuses": [{
@@ -193,5 +257,38 @@ mod tests {
         assert!(is_ready(&ready) && death(&ready).is_none());
         assert_eq!(pod_ip(&ready).as_deref(), Some("10.0.0.1"));
         assert!(tail(&"é".repeat(1000), 11).starts_with("..."));
+    }
+
+    #[test]
+    fn a_killed_runner_says_so_and_what_terraform_printed_last() {
+        assert_eq!(
+            ending(Some("Error"), 137),
+            "killed by SIGKILL (exit code 137)"
+        );
+        assert_eq!(
+            ending(Some("Error"), 143),
+            "killed by SIGTERM (exit code 143)"
+        );
+        assert_eq!(ending(Some("Error"), 1), "exited with code 1");
+        assert_eq!(
+            ending(Some("Completed"), 0),
+            "exited with code 0 (Completed)"
+        );
+        // A log tail cut mid-line: the fragment goes, Terraform's lines stay as text.
+        let log = concat!(
+            "ld\":\"x\",\"message\":\"serving\"}\n",
+            "{\"level\":\"INFO\",\"message\":\"serving\",\"port\":30000}\n",
+            "{\"level\":\"INFO\",\"command\":\"apply\",\"stream\":\"stdout\",\"message\":\"terraform_data.x: Creating...\"}\n",
+            "{\"level\":\"INFO\",\"command\":\"apply\",\"stream\":\"stdout\",\"message\":\"terraform_data.x: Still creating... [10s elapsed]\"}\n",
+        );
+        assert_eq!(
+            last_lines(log),
+            "terraform_data.x: Creating...\nterraform_data.x: Still creating... [10s elapsed]"
+        );
+        // No Terraform line: the runner's own last messages.
+        assert_eq!(
+            last_lines("{\"message\":\"serving\"}\n{\"message\":\"stopping\"}\n"),
+            "serving\nstopping"
+        );
     }
 }

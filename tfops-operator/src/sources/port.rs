@@ -55,7 +55,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub fn git_error(e: GitError) -> PortError {
     match e {
         GitError::AccessDenied { .. } => PortError::AccessDenied(e.to_string()),
-        GitError::Ref { .. } | GitError::NoSuchCommit { .. } => PortError::NotFound(e.to_string()),
+        GitError::Ref { .. }
+        | GitError::NoSuchCommit { .. }
+        | GitError::NoSuchRepository { .. } => PortError::NotFound(e.to_string()),
         GitError::Unreachable { .. } | GitError::HostKey { .. } | GitError::Local(_) => {
             PortError::Unavailable(e.to_string())
         }

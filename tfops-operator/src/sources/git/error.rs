@@ -32,6 +32,15 @@ pub enum GitError {
         /// libgit2's message.
         message: String,
     },
+    /// The server answered, and there is no repository at that path (or, as a Git server may
+    /// say for a private one, none this client may see).
+    #[error("{url}: no such repository ({message})")]
+    NoSuchRepository {
+        /// The URL, without credentials.
+        url: String,
+        /// The server's words.
+        message: String,
+    },
     /// The ref does not resolve.
     #[error("{url}: {source}")]
     Ref {
@@ -77,8 +86,19 @@ pub(super) fn classify(url: &str, e: &git2::Error, verdict: &HostKeyVerdict) -> 
         || message.contains("401")
         || message.contains("403")
         || message.to_ascii_lowercase().contains("authentication");
+    let lower = message.to_ascii_lowercase();
+    // What Git servers answer for a path that holds no repository: git daemon's "repository
+    // not exported", smart HTTP's 404, an SSH server's "does not appear to be a git
+    // repository" or "repository not found".
+    let missing = e.code() == git2::ErrorCode::NotFound
+        || message.contains("404")
+        || lower.contains("not exported")
+        || lower.contains("does not appear to be a git repository")
+        || lower.contains("repository not found");
     if denied {
         GitError::AccessDenied { url, message }
+    } else if missing {
+        GitError::NoSuchRepository { url, message }
     } else {
         GitError::Unreachable { url, message }
     }
