@@ -136,6 +136,8 @@ pub fn trigger(before: &TerraformObject) -> String {
         "reconcile requested".into()
     } else if status.active_run.is_some() {
         "resumed run".into()
+    } else if crate::reconcile::queue::waiting_since(status).is_some() {
+        "its turn for a runner Pod".into()
     } else if status.reconciliation_failures > 0 {
         "retry".into()
     } else {
@@ -151,6 +153,15 @@ pub fn entry(
     started_at: jiff::Timestamp,
 ) -> Option<RunEntry> {
     if !report.records.iter().any(|r| is_run(r.step)) {
+        return None;
+    }
+    // An attempt that found no room for its runner Pod ran nothing: the queue is in `Ready`,
+    // and the history keeps the runs.
+    let started = report
+        .records
+        .iter()
+        .any(|r| r.step == StepKind::StartRunner && r.result.is_ok());
+    if !started && crate::reconcile::queue::waiting_since(&report.status).is_some() {
         return None;
     }
     let status = &report.status;

@@ -135,6 +135,7 @@ async fn a_destroy_plan_recorded_as_something_else_never_releases_the_object() {
         progress: Progress { records },
         now,
         started_at: now,
+        queue: Default::default(),
     });
     assert!(
         !matches!(decision.step, Step::RemoveFinalizer),

@@ -1,5 +1,5 @@
 //! Cleanup: the end of a run. The result is recorded (success, a failure counted with its
-//! retry, waiting, stalled), the runner session ends, and the object is requeued: after
+//! retry, waiting for dependencies or for a runner Pod, stalled), the runner session ends, and the object is requeued: after
 //! `spec.interval` on success, after the backoff from `retryInterval` on failure.
 //!
 //! > Cleanup. The working directory is removed, the runner Pod is deleted
@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use super::model::{Decision, Step, StepFailure, StepKind};
+use super::queue;
 use super::run::{End, Run, Stop};
 use super::timing::{retries_exhausted, retry_wait};
 use crate::api::{ForceUnlock, LockStatus, annotations};
@@ -40,6 +41,15 @@ fn end(mut run: Run<'_>, ended: End) -> Decision {
                 run.remove(ConditionType::Stalled);
             }
             Some(run.interval)
+        }
+        // A quota that refused the runner Pod: the object waits in the queue, no failure.
+        End::Failed(failure) if failure.reason == Reason::RunnerQuotaExhausted => {
+            let at = ended_at(&run);
+            Some(queue::wait(&mut run, &failure.message, true, at))
+        }
+        End::Queued(why) => {
+            let at = ended_at(&run);
+            Some(queue::wait(&mut run, &why, false, at))
         }
         End::Failed(failure) => {
             if let Some(decision) = auto_unlock(&mut run, &failure) {

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use super::cleanup::{cleanup, stalled};
 use super::model::{Decision, Snapshot, Step, StepKind, Writer};
+use super::queue::{self, Slot};
 use super::run::{End, Run, Stop};
 use super::timing::{backoff, elapsed};
 use super::{restart, runner, setup, source};
@@ -83,6 +84,12 @@ fn steps(run: &mut Run<'_>, destroy: bool) -> Result<(), Stop> {
         // its result, the destroy below plans from the state again. (Without a destroy the
         // deletion needs no runner, so it does not wait for one.)
         restart::restart(run)?;
+        // No runner Pod may start now: the destroy waits in the queue, fetching nothing.
+        if let Slot::Full { why } = &run.s.queue.slot
+            && !run.s.progress.attempted(StepKind::StartRunner)
+        {
+            return Err(Stop::End(End::Queued(why.clone())));
+        }
         let revision = source::resolve(run)?;
         source::fetch(run)?;
         runner::runner(run)?;
@@ -141,16 +148,24 @@ fn backed_off(run: &Run<'_>) -> Result<(), Stop> {
     let reconcile_value = s.object.annotation(annotations::RECONCILE);
     let requested = s.object.metadata.generation != start.observed_generation
         || reconcile_value.is_some_and(|v| start.last_handled_reconcile_at.as_deref() != Some(v));
+    // Waiting for a runner Pod: until its turn, or its own jittered wait.
+    let queued = queue::retry_wait(&s.object, run.retry_interval, run.interval)
+        .map(|wait| (s.queue.slot != Slot::Free).then_some(wait));
     if s.progress.is_empty()
         && !requested
-        && start.reconciliation_failures > 0
+        && (start.reconciliation_failures > 0 || queued.is_some())
         && let Some(last) = start.last_run_at
     {
-        let wait = backoff(
-            run.retry_interval,
-            run.interval,
-            start.reconciliation_failures,
-        );
+        let wait = queued.unwrap_or_else(|| {
+            Some(backoff(
+                run.retry_interval,
+                run.interval,
+                start.reconciliation_failures,
+            ))
+        });
+        let Some(wait) = wait else {
+            return Ok(());
+        };
         let since = elapsed(last, s.now);
         if since < wait {
             return Err(Stop::next(Step::Done {

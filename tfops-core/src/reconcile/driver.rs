@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::decide;
 use super::model::{DependencyState, Progress, Record, Snapshot, Step, StepFailure, StepKind};
+use super::queue::RunnerQueue;
 use crate::api::{ObjectKey, TerraformObject, TerraformStatus};
 use crate::conditions::{ConditionStatus, ConditionType, Reason};
 use crate::ports::{
@@ -96,6 +97,22 @@ impl Driver {
         dependencies: Vec<DependencyState>,
         dependants: Vec<ObjectKey>,
     ) -> Result<RunReport, DriverError> {
+        self.reconcile_queued(object, dependencies, dependants, RunnerQueue::default())
+            .await
+    }
+
+    /// [`Driver::reconcile`], knowing where the object stands in its namespace's queue for
+    /// runner Pods (what a caller that sees the namespace's objects and quotas knows).
+    ///
+    /// # Errors
+    /// As [`Driver::reconcile`].
+    pub async fn reconcile_queued(
+        &self,
+        object: TerraformObject,
+        dependencies: Vec<DependencyState>,
+        dependants: Vec<ObjectKey>,
+        queue: RunnerQueue,
+    ) -> Result<RunReport, DriverError> {
         let now = self.ports.clock.now();
         let snapshot = Snapshot {
             object,
@@ -104,6 +121,7 @@ impl Driver {
             progress: Progress::default(),
             now,
             started_at: now,
+            queue,
         };
         let mut state = RunState::default();
         let mut result = self.run_steps(snapshot, &mut state).await;

@@ -65,9 +65,16 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
         } => (Some((lock_id.clone(), holder.clone())), *holder_gone),
         _ => (None, false),
     };
+    let message = match error {
+        // Said as the queue says it: "waiting for a runner Pod: <this>".
+        PortError::QuotaExhausted(why) if reason == Reason::RunnerQuotaExhausted => {
+            trim_message(why)
+        }
+        _ => trim_message(&format!("{}: {error}", sub.label())),
+    };
     StepFailure {
         reason,
-        message: trim_message(&format!("{}: {error}", sub.label())),
+        message,
         lock,
         lock_holder_gone,
     }

@@ -13,7 +13,8 @@
 //! what the step produced, or stops the run: at the next step to perform, or at its end. A
 //! failed step ends the run with `Ready=False` and the step's reason, counts a failure, and
 //! schedules a retry with exponential backoff from `retryInterval` (capped at `interval`) until
-//! `remediation.retries` is exhausted (`RetryLimitReached`, `Stalled`).
+//! `remediation.retries` is exhausted (`RetryLimitReached`, `Stalled`). A runner Pod refused by
+//! a ResourceQuota is no failure: the object waits in its namespace's queue ([`RunnerQueue`]).
 
 mod apply;
 mod approval;
@@ -27,6 +28,7 @@ mod model;
 mod outputs;
 mod perform;
 mod plan;
+pub mod queue;
 mod restart;
 mod run;
 mod runner;
@@ -41,6 +43,7 @@ pub use model::{
     Decision, DependencyState, DependencyView, Outcome, OutputsStep, PlanStep, Progress, Record,
     Snapshot, Step, StepFailure, StepKind, Writer,
 };
+pub use queue::{Place, RunnerQueue, Slot};
 pub use timing::{Trigger, backoff, due, retries_exhausted};
 
 use std::time::Duration;

@@ -24,6 +24,9 @@ pub struct Snapshot {
     /// When this run (this reconcile) started: the transition time of conditions it changes,
     /// so that deciding again later in the run gives the same status and writes nothing new.
     pub started_at: jiff::Timestamp,
+    /// Where the object stands in its namespace's queue for runner Pods, as the driver's
+    /// caller sees it (the default knows nothing).
+    pub queue: super::queue::RunnerQueue,
 }
 
 /// A dependency as found.

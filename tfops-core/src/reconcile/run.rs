@@ -44,6 +44,9 @@ pub(super) enum End {
     /// Blocked before any work, without counting as a failure (dependencies, dependants):
     /// nothing is marked handled, and the check repeats after `retryInterval`.
     Waiting,
+    /// No runner Pod may start for it now (the queue's [`super::queue::Slot::Full`], with
+    /// what stops it): it waits in the queue without an attempt, counting no failure.
+    Queued(String),
     /// The object can make no progress until a human changes it (invalid spec).
     Stalled,
 }

@@ -5,16 +5,20 @@
 //! > controller's CA. The controller waits for it to become ready (--runner-creation-timeout)
 //! > and dials it by Pod IP.
 //!
-//! With `spec.runner.apply`, a second runner applies ([`super::apply`]).
+//! With `spec.runner.apply`, a second runner applies ([`super::apply`]). A ResourceQuota that
+//! refuses the Pod puts the object in the namespace's queue ([`super::queue`]); the Pod that
+//! starts after that takes it out.
 
 use super::model::{Outcome, Step, StepKind};
+use super::queue;
 use super::run::{Run, Stop, unexpected};
 
 /// Starts (or reuses) the plan runner and connects.
 pub(super) fn runner(run: &mut Run<'_>) -> Result<(), Stop> {
     match run.need(Step::StartRunner)? {
-        (Outcome::RunnerStarted { binary, .. }, _) => {
+        (Outcome::RunnerStarted { binary, .. }, at) => {
             run.binary_reported(binary);
+            queue::started(run, at);
             Ok(())
         }
         _ => Err(unexpected(StepKind::StartRunner)),

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::queue::{self, RunnerQueue, Slot};
 use crate::api::{TerraformObject, ValidSpec, annotations};
 use crate::conditions::{ConditionType, Reason};
 
@@ -21,6 +22,20 @@ pub enum Trigger {
     Resume,
     /// `spec.interval` elapsed since the last run.
     Interval,
+    /// The object waits for a runner Pod, and its turn came ([`Slot::Free`]) or its jittered
+    /// wait elapsed.
+    Queued,
+}
+
+impl Trigger {
+    /// Whether a run of this trigger waits for its turn in the queue for runner Pods: all but
+    /// a person's request (reconcile, replan) and a run taken up again, which try at once.
+    pub fn takes_its_turn(self) -> bool {
+        !matches!(
+            self,
+            Trigger::ReconcileRequested | Trigger::ReplanRequested | Trigger::Resume
+        )
+    }
 }
 
 /// How long after a failed run the next one starts: `spec.interval` when what the source
@@ -65,11 +80,13 @@ pub fn elapsed(since: jiff::Timestamp, now: jiff::Timestamp) -> Duration {
 /// Whether a run is due now, and why; otherwise when it will be (`None`: only after a change
 /// by a human, when retries are exhausted).
 ///
-/// Only spec generation, tfops' own annotations and time start runs: a status-only update never
-/// does, because every status field read here is written by tfops at the end of a run.
+/// Only spec generation, tfops' own annotations, time and the queue's turn start runs: a
+/// status-only update never does, because every status field read here is written by tfops at
+/// the end of a run (and a waiter's turn is the caller's [`RunnerQueue`], not its status).
 pub fn due(
     object: &TerraformObject,
     spec: &ValidSpec,
+    queue: &RunnerQueue,
     now: jiff::Timestamp,
 ) -> Result<Trigger, Option<Duration>> {
     let status = &object.status;
@@ -88,6 +105,20 @@ pub fn due(
         && status.last_handled_replan_at.as_deref() != Some(v)
     {
         return Ok(Trigger::ReplanRequested);
+    }
+    if queue::waiting_since(status).is_some() {
+        if queue.slot == Slot::Free {
+            return Ok(Trigger::Queued);
+        }
+        return match (
+            status.last_run_at,
+            queue::retry_wait(object, spec.retry_interval, spec.interval),
+        ) {
+            (Some(last), Some(wait)) if elapsed(last, now) < wait => {
+                Err(Some(wait - elapsed(last, now)))
+            }
+            _ => Ok(Trigger::Queued),
+        };
     }
     let Some(last) = status.last_run_at else {
         return Ok(Trigger::Interval);

@@ -6,10 +6,12 @@
 //!
 //! A suspended object never runs; a run an earlier driver left under way (`status.activeRun`)
 //! is taken up at once, whatever else is due ([`super::restart`]). When and why a run is due
-//! is [`super::timing::due`].
+//! is [`super::timing::due`]. A run due while no runner Pod may start for it
+//! ([`super::queue::Slot::Full`]) waits in the queue instead, unless a person asked for it.
 
 use super::model::{Step, StepKind};
-use super::run::{Run, Stop};
+use super::queue::Slot;
+use super::run::{End, Run, Stop};
 use super::timing;
 use crate::api::{ValidSpec, annotations};
 use crate::conditions::{ConditionStatus, ConditionType, Reason};
@@ -41,16 +43,22 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
     // generation): a run is due at once, so that Ready stops saying Suspended.
     let resumed = crate::conditions::find(&s.object.status.conditions, ConditionType::Ready)
         .is_some_and(|c| c.reason == Reason::Suspended.as_str());
-    if !started
-        && !resuming
-        && !resumed
-        && let Err(next) = timing::due(&s.object, valid, s.now)
-    {
-        return Err(Stop::next(Step::Done {
-            requeue_after: next,
-        }));
+    let mut takes_turn = false;
+    if !started && !resuming && !resumed {
+        match timing::due(&s.object, valid, &s.queue, s.now) {
+            Err(next) => {
+                return Err(Stop::next(Step::Done {
+                    requeue_after: next,
+                }));
+            }
+            Ok(why) => takes_turn = why.takes_its_turn(),
+        }
     }
     mark_started(run);
+    // No runner Pod may start for it now: it waits in the queue without fetching anything.
+    if let (true, Slot::Full { why }) = (takes_turn, &s.queue.slot) {
+        return Err(Stop::End(End::Queued(why.clone())));
+    }
     Ok(())
 }
 

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use crate::api::{ObjectKey, RunnerRole, TerraformObject, TerraformSpec};
 use crate::ports::{Event, PortError, Ports, StoredPlan};
-use crate::reconcile::{DependencyState, DependencyView, Driver, DriverError, RunReport};
+use crate::reconcile::{
+    DependencyState, DependencyView, Driver, DriverError, RunReport, RunnerQueue,
+};
 
 pub use runner::FakeSession;
 
@@ -418,12 +420,25 @@ impl FakeWorld {
     /// # Errors
     /// The driver's error.
     pub async fn reconcile(&self, key: &ObjectKey) -> Result<Option<RunReport>, DriverError> {
+        self.reconcile_queued(key, RunnerQueue::default()).await
+    }
+
+    /// [`FakeWorld::reconcile`], the object standing in its namespace's queue for runner Pods
+    /// as `queue` says.
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub async fn reconcile_queued(
+        &self,
+        key: &ObjectKey,
+        queue: RunnerQueue,
+    ) -> Result<Option<RunReport>, DriverError> {
         let Some(object) = self.object(key) else {
             return Ok(None);
         };
         let (dependencies, dependants) = self.relations(&object);
         Driver::new(self.ports())
-            .reconcile(object, dependencies, dependants)
+            .reconcile_queued(object, dependencies, dependants, queue)
             .await
             .map(Some)
     }
