@@ -23,7 +23,8 @@ pub struct Condition {
     /// A message for humans.
     #[serde(default)]
     pub message: String,
-    /// When `status` last changed.
+    /// When `status` last changed; for `Ready` with the reason `RunnerQuotaExhausted`, when
+    /// the object began waiting for a runner Pod (kept while it waits).
     pub last_transition_time: jiff::Timestamp,
     /// The generation the condition was computed for.
     #[serde(default)]
@@ -152,7 +153,9 @@ string_enum!(
         Suspended,
         /// The runner Pod did not become ready or could not be reached.
         RunnerConnectionFailed,
-        /// A ResourceQuota rejected the runner Pod.
+        /// A ResourceQuota has no room for the runner Pod: the object waits in its
+        /// namespace's queue (`Ready=Unknown`, no failure counted; the condition's
+        /// `lastTransitionTime` is when the wait began). The name is what metrics count.
         RunnerQuotaExhausted,
         /// `terraform init` failed.
         TFExecInitFailed,

@@ -16,7 +16,10 @@ pub struct TerraformSpec {
     #[serde(default = "default_interval")]
     pub interval: String,
     /// The first delay before retrying a failed run; doubled on each further failure up to
-    /// `interval` (or this value, if larger). Go duration. Default `15s`.
+    /// `interval` (or this value, if larger). Go duration. Default `15s`. A runner Pod refused
+    /// by a ResourceQuota is no failure: the object waits its turn in its namespace's queue,
+    /// retrying on its own after a random wait of at most as long as it has waited (at least
+    /// this, at most `interval`).
     #[serde(default = "default_retry_interval")]
     pub retry_interval: String,
     /// Stop reconciling: no runs start until this is false again. Default false. The annotation
@@ -147,7 +150,8 @@ pub struct DependsOn {
 pub struct Remediation {
     /// How many times a failed run is retried (with exponential backoff from `retryInterval`)
     /// before the object reports `RetryLimitReached` and waits for a spec change or a
-    /// reconcile request. Negative (the default, -1) retries without limit.
+    /// reconcile request. Negative (the default, -1) retries without limit. Waiting for a
+    /// runner Pod under a ResourceQuota counts no failure.
     #[serde(default = "default_retries")]
     pub retries: i64,
 }

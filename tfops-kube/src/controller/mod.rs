@@ -2,31 +2,34 @@
 //! core's [`Driver`] through the Kubernetes ports. Each reconcile reads the object afresh from
 //! the API server (the watch cache can lag behind tfops' own status writes, and the decision
 //! must start from what was last written), builds the dependency states from the cache and
-//! the dependants from the [`index::DependsIndex`], and requeues as the driver says.
+//! the dependants from the [`index::DependsIndex`], and requeues as the driver says. Where an
+//! object stands in its namespace's queue for runner Pods comes from the caches of objects and
+//! ResourceQuotas (`queue`), and a quota's change wakes the longest waiters.
 
 pub mod index;
+mod queue;
 pub mod shard;
+mod state_size;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tfops_core::api::{ObjectKey, TerraformObject};
-use tfops_core::conditions::Reason;
-use tfops_core::naming;
-use tfops_core::ports::{Event, EventSink, EventType, Ports};
+use tfops_core::ports::{EventSink, Ports};
 use tfops_core::reconcile::{
     DependencyState, DependencyView, Driver, DriverError, RunReport, StepKind,
 };
 
-use crate::state::SECRET_LIMIT;
-use crate::{KubeEventSink, KubeStateAdmin, Terraform};
+use crate::{KubeEventSink, Terraform};
 use index::{DependsIndex, dependencies_of};
+use queue::RunnerQueues;
 use shard::Shard;
 
 /// Why a reconcile did not finish; it is retried after [`Settings::error_requeue`].
@@ -109,6 +112,8 @@ pub struct Context {
     index: Arc<DependsIndex>,
     /// The caches of every watched namespace.
     stores: Vec<Store<Terraform>>,
+    /// The queues for runner Pods.
+    queues: Arc<RunnerQueues>,
     /// [`Settings::concurrency`] permits shared by every namespace's controller (each of
     /// which would otherwise allow that many on its own).
     permits: Arc<tokio::sync::Semaphore>,
@@ -233,6 +238,7 @@ async fn reconcile_once(
         })?
     else {
         ctx.index.forget(&key);
+        ctx.queues.forget(&key);
         return Ok(None);
     };
     if !ctx.settings.shard.owns(fresh.labels()) {
@@ -246,11 +252,13 @@ async fn reconcile_once(
     let dependencies = ctx.dependencies(&object).await;
     let dependants = ctx.dependants(&object);
     let started = jiff::Timestamp::now();
+    let (queue, seen) = ctx.queues.view(&object);
     let report = ctx
         .driver
-        .reconcile(object.clone(), dependencies, dependants)
+        .reconcile_queued(object.clone(), dependencies, dependants, queue)
         .await?;
-    warn_of_state_size(ctx, &object, &report).await;
+    ctx.queues.record(&key, seen, &report);
+    state_size::warn_of_state_size(ctx, &object, &report).await;
     record_run(ctx, &object, &report, started).await;
     Ok(Some(report))
 }
@@ -278,64 +286,6 @@ async fn record_run(
     }
 }
 
-/// After an apply by OpenTofu into the default kubernetes backend, a Warning event when the
-/// state nears what one Secret holds: OpenTofu's backend cannot split state over Secrets, so
-/// an apply past the limit could not save it.
-async fn warn_of_state_size(ctx: &Context, object: &TerraformObject, report: &RunReport) {
-    if !state_size_matters(object, report) {
-        return;
-    }
-    let suffix = object.state_secret_suffix();
-    let key = object.key();
-    let stored = match KubeStateAdmin::new(ctx.client.clone())
-        .stored_bytes(&key, &object.spec.workspace, &suffix)
-        .await
-    {
-        Ok(stored) => stored,
-        Err(error) => {
-            tracing::warn!(object = %key, %error, "the state's size could not be read");
-            return;
-        }
-    };
-    if near_secret_limit(stored) {
-        let event = Event {
-            event_type: EventType::Warning,
-            reason: Reason::StateNearSizeLimit,
-            message: format!(
-                "the state Secret {} holds {} KiB of the 1024 KiB a Secret allows, and OpenTofu's kubernetes backend cannot split state: move this state to another backend or split the configuration",
-                naming::state_secret_name(&object.spec.workspace, &suffix),
-                stored / 1024
-            ),
-        };
-        ctx.sink.emit(&key, event).await;
-    }
-}
-
-/// Whether the run applied with OpenTofu into the default kubernetes backend (whose state
-/// cannot grow past one Secret).
-fn state_size_matters(object: &TerraformObject, report: &RunReport) -> bool {
-    let applied = report
-        .records
-        .iter()
-        .any(|r| r.step == StepKind::Apply && r.result.is_ok());
-    let tofu = report
-        .status
-        .binary
-        .as_deref()
-        .is_some_and(|b| b.starts_with("tofu"));
-    let default_backend = object
-        .spec
-        .backend_config
-        .as_ref()
-        .is_none_or(|b| !b.disable && b.custom_configuration.is_none());
-    applied && tofu && default_backend
-}
-
-/// Whether `stored` bytes of state are past 80% of a Secret's 1 MiB.
-fn near_secret_limit(stored: usize) -> bool {
-    stored * 10 >= SECRET_LIMIT * 8
-}
-
 fn error_policy(tf: Arc<Terraform>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     tracing::warn!(object = %key_of(&tf), %error, "reconcile failed; retrying");
     Action::requeue(ctx.settings.error_requeue)
@@ -352,6 +302,25 @@ fn slim(tf: &mut Terraform) {
     }
 }
 
+/// The APIs of each watched scope: all namespaces, or each of `namespaces`.
+fn scopes(
+    client: &kube::Client,
+    namespaces: &[String],
+) -> Vec<(Api<Terraform>, Api<ResourceQuota>)> {
+    if namespaces.is_empty() {
+        return vec![(Api::all(client.clone()), Api::all(client.clone()))];
+    }
+    namespaces
+        .iter()
+        .map(|ns| {
+            (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            )
+        })
+        .collect()
+}
+
 /// Runs the controller until `shutdown` resolves (reconciles under way finish first).
 pub async fn run(
     client: kube::Client,
@@ -360,20 +329,18 @@ pub async fn run(
     settings: Settings,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let apis: Vec<Api<Terraform>> = if settings.namespaces.is_empty() {
-        vec![Api::all(client.clone())]
-    } else {
-        settings
-            .namespaces
-            .iter()
-            .map(|ns| Api::namespaced(client.clone(), ns))
-            .collect()
-    };
     let index = Arc::new(DependsIndex::default());
     let shutdown = shutdown.shared();
-    let controllers: Vec<Controller<Terraform>> = apis
+    let scoped: Vec<_> = scopes(&client, &settings.namespaces)
         .into_iter()
-        .map(|api| {
+        .map(|(api, quotas)| (api, quotas, reflector::store(), reflector::store()))
+        .collect();
+    let stores: Vec<Store<Terraform>> = scoped.iter().map(|(_, _, (r, _), _)| r.clone()).collect();
+    let quota_stores = scoped.iter().map(|(_, _, _, (r, _))| r.clone()).collect();
+    let queues = Arc::new(RunnerQueues::new(stores.clone(), quota_stores));
+    let controllers: Vec<Controller<Terraform>> = scoped
+        .into_iter()
+        .map(|(api, quota_api, (reader, writer), (_, quota_writer))| {
             let index = index.clone();
             let mapper = move |tf: Terraform| {
                 let dependants = index.observe(&tf.to_object());
@@ -383,22 +350,26 @@ pub async fn run(
                     .collect::<Vec<_>>()
             };
             let selected = watcher::Config::default().labels(&settings.shard.selector());
-            let (reader, writer) = reflector::store();
             let objects = watcher(api.clone(), selected.clone())
                 .default_backoff()
                 .modify(slim)
                 .reflect(writer)
                 .applied_objects();
+            let wake = queues.clone();
             kube_runtime::Controller::for_stream(objects, reader)
                 .with_config(ControllerConfig::default().concurrency(settings.concurrency))
                 // The same objects again, for their relations: a dependency whose readiness
                 // changed requeues the objects that wait for it, a dependant being deleted its
                 // dependencies.
                 .watches(api, selected, mapper)
+                // A quota's change wakes the longest waiters for a runner Pod.
+                .watches_stream(
+                    queue::quota_changes(quota_api, quota_writer),
+                    move |quota: ResourceQuota| wake.wake(&quota),
+                )
                 .graceful_shutdown_on(shutdown.clone())
         })
         .collect();
-    let stores: Vec<Store<Terraform>> = controllers.iter().map(Controller::store).collect();
     let driver = Driver::new(ports.clone());
     let permits = Arc::new(tokio::sync::Semaphore::new(match settings.concurrency {
         0 => tokio::sync::Semaphore::MAX_PERMITS,
@@ -412,6 +383,7 @@ pub async fn run(
             events: events.clone(),
             index: index.clone(),
             stores: stores.clone(),
+            queues: queues.clone(),
             permits: permits.clone(),
             settings: settings.clone(),
         });
@@ -424,56 +396,4 @@ pub async fn run(
             })
     });
     futures::future::join_all(runs).await;
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-    use tfops_core::reconcile::Record;
-
-    fn object(backend: serde_json::Value) -> TerraformObject {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "db", "namespace": "ns", "generation": 1},
-            "spec": {"sourceRef": {"kind": "GitRepository", "url": "https://g/x"}, "backendConfig": backend},
-        }))
-        .unwrap()
-    }
-
-    fn report(binary: &str, applied: bool) -> RunReport {
-        let status = tfops_core::api::TerraformStatus {
-            binary: Some(binary.into()),
-            ..Default::default()
-        };
-        let records = if applied {
-            vec![Record {
-                step: StepKind::Apply,
-                at: jiff::Timestamp::UNIX_EPOCH,
-                result: Ok(tfops_core::reconcile::Outcome::Applied),
-            }]
-        } else {
-            Vec::new()
-        };
-        RunReport {
-            records,
-            requeue_after: None,
-            status,
-            output_tail: String::new(),
-        }
-    }
-
-    #[test]
-    fn only_opentofu_applies_into_the_kubernetes_backend_are_checked_near_the_limit() {
-        let default = object(serde_json::Value::Null);
-        assert!(state_size_matters(&default, &report("tofu 1.10.6", true)));
-        assert!(!state_size_matters(
-            &default,
-            &report("terraform 1.11.4", true)
-        ));
-        assert!(!state_size_matters(&default, &report("tofu 1.10.6", false)));
-        let custom = object(serde_json::json!({"customConfiguration": "terraform {}"}));
-        assert!(!state_size_matters(&custom, &report("tofu 1.10.6", true)));
-        assert!(!near_secret_limit(800 * 1024));
-        assert!(near_secret_limit(840 * 1024));
-    }
 }

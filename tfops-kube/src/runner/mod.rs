@@ -67,14 +67,18 @@ impl std::fmt::Debug for KubeRunnerPort {
 }
 
 /// Why creating the Pod was refused, in the reason's terms: a quota is
-/// [`PortError::QuotaExhausted`]; a missing ServiceAccount (the admission plugin's 403)
-/// [`PortError::NotFound`].
-fn creation_error(doing: &str, e: kube::Error) -> PortError {
+/// [`PortError::QuotaExhausted`], said as the queue says it ([`crate::quota::refusal`]); a
+/// missing ServiceAccount (the admission plugin's 403) [`PortError::NotFound`].
+fn creation_error(namespace: &str, doing: &str, e: kube::Error) -> PortError {
     if let kube::Error::Api(s) = &e
         && s.code == 403
-        && s.message.contains("service account")
     {
-        return PortError::NotFound(format!("{doing}: {}", s.message));
+        if s.message.contains("service account") {
+            return PortError::NotFound(format!("{doing}: {}", s.message));
+        }
+        if s.message.contains("exceeded quota") {
+            return PortError::QuotaExhausted(crate::quota::refusal(namespace, &s.message));
+        }
     }
     port_error(doing, e)
 }
@@ -292,7 +296,7 @@ impl RunnerPort for KubeRunnerPort {
         }
         pods.create(&PostParams::default(), &pod)
             .await
-            .map_err(|e| creation_error(&doing, e))?;
+            .map_err(|e| creation_error(namespace, &doing, e))?;
         let ready = self.wait_ready(&pods, namespace, &name).await;
         let ready = match ready {
             Ok(p) => p,
