@@ -294,7 +294,10 @@ async fn pods_that_cannot_serve_fail_with_their_reason_and_are_not_left_behind()
     support::quota(&w.client, "team-a", "pods", json!({"pods": "0"})).await;
     let over = object(&w, "over", json!({})).await;
     match start_error(&port, &over).await {
-        PortError::QuotaExhausted(m) => assert!(m.contains("exceeded quota"), "{m}"),
+        PortError::QuotaExhausted(m) => assert_eq!(
+            m,
+            "the ResourceQuota pods in team-a allows no more Pods (used 0 of 0)"
+        ),
         other => panic!("{other:?}"),
     }
 }

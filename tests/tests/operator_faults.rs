@@ -121,7 +121,15 @@ async fn a_pod_never_ready_and_a_full_quota_end_in_their_reasons_then_runs_succe
             reason_is(t, "RunnerQuotaExhausted")
         })
         .await;
-    assert!(condition(&t, "Ready").unwrap().2.contains("exceeded quota"));
+    // Waiting, not failed: no room at all, so no attempt either.
+    let (status, _, message) = condition(&t, "Ready").unwrap();
+    assert_eq!(status, "Unknown");
+    assert!(
+        message.starts_with(
+            "waiting for a runner Pod: the ResourceQuota pods in team-a allows no more Pods (used 0 of 0) (position 1 of 1)"
+        ),
+        "{message}"
+    );
     quotas
         .delete("pods", &DeleteParams::default())
         .await

@@ -2,7 +2,9 @@
 //! by the real quota admission, counted by the real kube-controller-manager's quota
 //! controller) and five objects. Every object ends Ready; no more than one runner Pod ever
 //! counts against the quota (Pods are watched, not sampled); the objects that waited start in
-//! the order they began waiting; and `Ready` says where each stands meanwhile.
+//! the order they began waiting; and `Ready` says where each stands meanwhile. Without the
+//! right to read quotas the same five are refused and retry after jittered waits, and still
+//! all end Ready with never two Pods counted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -13,7 +15,8 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, PostParams};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use support::operator::{Operator, condition, ready_with};
@@ -88,8 +91,10 @@ impl Objects {
                     .entry(name.clone())
                     .or_insert(c.last_transition_time);
                 if since != c.last_transition_time && self.waiting.contains(&name) {
-                    self.wrong
-                        .push(format!("{name}: wait began {since}, then {}", c.last_transition_time));
+                    self.wrong.push(format!(
+                        "{name}: wait began {since}, then {}",
+                        c.last_transition_time
+                    ));
                 }
                 self.messages.insert(c.message.clone());
                 self.waiting.insert(name);
@@ -125,9 +130,16 @@ where
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_quota_of_one_pod_runs_five_objects_one_at_a_time_in_the_order_they_waited() {
-    let op = Operator::start().await;
+/// What a run of five objects under a quota of one Pod saw.
+struct Seen {
+    pods: Pods,
+    objects: Objects,
+}
+
+/// Applies five objects under a ResourceQuota of one Pod and waits until all are Ready,
+/// watching the runner Pods and the objects all along; checks what holds however the queue
+/// learns of room: all Ready, never two runner Pods counted at once, no failure counted.
+async fn five_under_a_quota_of_one(op: &Operator) -> Seen {
     support::quota(&op.admin, "team-a", "pods", json!({"pods": "1"})).await;
     let pods = Arc::new(Mutex::new(Pods::default()));
     let seen = pods.clone();
@@ -165,9 +177,8 @@ async fn a_quota_of_one_pod_runs_five_objects_one_at_a_time_in_the_order_they_wa
     let took = started.elapsed();
     pod_watch.abort();
     object_watch.abort();
-
-    let pods = pods.lock().unwrap();
-    let objects = objects.lock().unwrap();
+    let pods = std::mem::take(&mut *pods.lock().unwrap());
+    let objects = std::mem::take(&mut *objects.lock().unwrap());
     println!(
         "5 objects, quota of 1 Pod: all Ready in {:.1} s; at most {} runner Pod counted and {} present at once; {} waited (at most {} at once); Pods in order {:?}; waits began {:?}",
         took.as_secs_f64(),
@@ -184,6 +195,19 @@ async fn a_quota_of_one_pod_runs_five_objects_one_at_a_time_in_the_order_they_wa
     assert_eq!(pods.most_counted, 1, "{pods:?}");
     assert!(objects.wrong.is_empty(), "{:?}", objects.wrong);
     assert!(pods.started.len() >= 5, "{pods:?}");
+    for name in &names {
+        let t = op.terraforms().get(name).await.unwrap();
+        let status = t.status.clone().unwrap();
+        assert_eq!(status.reconciliation_failures, 0, "{name}");
+        assert!(condition(&t, "Stalled").is_none(), "{name}");
+    }
+    Seen { pods, objects }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_quota_of_one_pod_runs_five_objects_one_at_a_time_in_the_order_they_waited() {
+    let op = Operator::start().await;
+    let Seen { pods, objects } = five_under_a_quota_of_one(&op).await;
     // With room for one, at least three of the five waited, together.
     assert!(objects.most_waiting >= 3, "{objects:?}");
     assert!(
@@ -205,11 +229,38 @@ async fn a_quota_of_one_pod_runs_five_objects_one_at_a_time_in_the_order_they_wa
         }
     }
     assert_eq!(first_pod, queued, "Pods {:?}", pods.started);
-    // No waiter counted a failure; each ended with its Pod gone.
-    for name in &names {
-        let t = op.terraforms().get(name).await.unwrap();
-        let status = t.status.clone().unwrap();
-        assert_eq!(status.reconciliation_failures, 0, "{name}");
-        assert!(condition(&t, "Stalled").is_none(), "{name}");
-    }
+}
+
+/// Without the right to read ResourceQuotas the controller cannot tell the room: the
+/// waiters are refused by the quota and retry on their own, after their jittered waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_reading_quotas_the_waiters_retry_after_jittered_waits_and_all_become_ready() {
+    let mut op = Operator::prepare().await;
+    let roles: Api<ClusterRole> = Api::all(op.admin.clone());
+    let mut role = roles.get("tfops-controller").await.unwrap();
+    let rules = role.rules.get_or_insert_default();
+    rules.retain(|r| {
+        !r.resources
+            .as_ref()
+            .is_some_and(|v| v.iter().any(|x| x == "resourcequotas"))
+    });
+    roles
+        .replace("tfops-controller", &PostParams::default(), &role)
+        .await
+        .unwrap();
+    op.start_prepared(&[]);
+    let Seen { objects, .. } = five_under_a_quota_of_one(&op).await;
+    // They were refused (retry), not told to wait their turn (next look).
+    assert!(
+        objects.messages.iter().any(|m| m.starts_with(
+            "waiting for a runner Pod: the ResourceQuota pods in team-a allows no more Pods (used 1 of 1)"
+        ) && m.contains("; retry in ")),
+        "{:?}",
+        objects.messages
+    );
+    assert!(
+        !objects.messages.iter().any(|m| m.contains("next look")),
+        "{:?}",
+        objects.messages
+    );
 }

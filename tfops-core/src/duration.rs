@@ -92,6 +92,12 @@ pub fn format(d: Duration) -> String {
     out
 }
 
+/// The time elapsed from `since` to `now` (zero if `now` is earlier).
+pub fn elapsed(since: jiff::Timestamp, now: jiff::Timestamp) -> Duration {
+    let ms = now.as_millisecond().saturating_sub(since.as_millisecond());
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

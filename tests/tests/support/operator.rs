@@ -79,13 +79,19 @@ impl Operator {
 
     async fn start_on(containers: bool, flags: &[&str]) -> Self {
         let mut operator = Self::prepare_on(containers).await;
-        operator.flags = ["--leader-election", "false"]
+        operator.start_prepared(flags);
+        operator
+    }
+
+    /// Starts the manager of an [`Operator::prepare`]d cluster as [`Operator::start_with`]
+    /// does (one replica, no leader election, `flags`), once the test arranged what it needs.
+    pub fn start_prepared(&mut self, flags: &[&str]) {
+        self.flags = ["--leader-election", "false"]
             .iter()
             .chain(flags)
             .map(ToString::to_string)
             .collect();
-        operator.start_controller();
-        operator
+        self.start_controller();
     }
 
     /// [`Operator::start`] with runner Pods run as real containers from the runner image

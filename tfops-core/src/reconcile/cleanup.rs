@@ -8,9 +8,9 @@
 use std::time::Duration;
 
 use super::model::{Decision, Step, StepFailure, StepKind};
-use super::queue;
 use super::run::{End, Run, Stop};
 use super::timing::{retries_exhausted, retry_wait};
+use super::waiting;
 use crate::api::{ForceUnlock, LockStatus, annotations};
 use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
 
@@ -45,11 +45,11 @@ fn end(mut run: Run<'_>, ended: End) -> Decision {
         // A quota that refused the runner Pod: the object waits in the queue, no failure.
         End::Failed(failure) if failure.reason == Reason::RunnerQuotaExhausted => {
             let at = ended_at(&run);
-            Some(queue::wait(&mut run, &failure.message, true, at))
+            Some(waiting::wait(&mut run, &failure.message, true, at))
         }
         End::Queued(why) => {
             let at = ended_at(&run);
-            Some(queue::wait(&mut run, &why, false, at))
+            Some(waiting::wait(&mut run, &why, false, at))
         }
         End::Failed(failure) => {
             if let Some(decision) = auto_unlock(&mut run, &failure) {

@@ -36,6 +36,7 @@ mod setup;
 mod source;
 mod timing;
 mod trigger;
+mod waiting;
 
 pub use driver::{Driver, DriverError, RunReport};
 pub use failure::{MAX_MESSAGE, SubStep, failure, trim_message};

@@ -10,15 +10,15 @@
 //! starts after that takes it out.
 
 use super::model::{Outcome, Step, StepKind};
-use super::queue;
 use super::run::{Run, Stop, unexpected};
+use super::waiting;
 
 /// Starts (or reuses) the plan runner and connects.
 pub(super) fn runner(run: &mut Run<'_>) -> Result<(), Stop> {
     match run.need(Step::StartRunner)? {
         (Outcome::RunnerStarted { binary, .. }, at) => {
             run.binary_reported(binary);
-            queue::started(run, at);
+            waiting::started(run, at);
             Ok(())
         }
         _ => Err(unexpected(StepKind::StartRunner)),

@@ -71,11 +71,7 @@ pub fn retries_exhausted(object: &TerraformObject, failures: i64) -> bool {
     retries >= 0 && failures > retries
 }
 
-/// The time elapsed from `since` to `now` (zero if `now` is earlier).
-pub fn elapsed(since: jiff::Timestamp, now: jiff::Timestamp) -> Duration {
-    let ms = now.as_millisecond().saturating_sub(since.as_millisecond());
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
+pub(super) use crate::duration::elapsed;
 
 /// Whether a run is due now, and why; otherwise when it will be (`None`: only after a change
 /// by a human, when retries are exhausted).
