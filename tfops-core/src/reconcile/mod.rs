@@ -34,6 +34,7 @@ mod setup;
 mod source;
 mod timing;
 mod trigger;
+mod window;
 
 pub use driver::{Driver, DriverError, RunReport};
 pub use failure::{MAX_MESSAGE, SubStep, failure, trim_message};
@@ -64,6 +65,7 @@ pub fn decide(s: &Snapshot) -> Decision {
         }
     };
     let mut run = Run::new(s, valid.retry_interval, valid.interval);
+    run.windows = valid.windows.clone();
     let result = steps(&mut run, &valid);
     cleanup::cleanup(run, result)
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::model::{Decision, Outcome, Snapshot, Step, StepFailure, StepKind, Writer};
 use crate::api::{LockStatus, PlanStatus, TerraformStatus};
 use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
+use crate::windows::Windows;
 
 /// What the progress says about one step.
 pub(super) enum Got<'a> {
@@ -44,6 +45,9 @@ pub(super) enum End {
     /// Blocked before any work, without counting as a failure (dependencies, dependants):
     /// nothing is marked handled, and the check repeats after `retryInterval`.
     Waiting,
+    /// A plan that may be applied waits for an apply window, which opens after the duration
+    /// given (`None`: none opens soon). Like [`End::Success`] otherwise: the plan is recorded.
+    WindowClosed(Option<Duration>),
     /// The object can make no progress until a human changes it (invalid spec).
     Stalled,
 }
@@ -60,6 +64,8 @@ pub(super) struct Run<'a> {
     pub st: TerraformStatus,
     pub retry_interval: Duration,
     pub interval: Duration,
+    /// `spec.applyWindows` (none unless the spec is valid).
+    pub windows: Windows,
 }
 
 impl<'a> Run<'a> {
@@ -69,6 +75,7 @@ impl<'a> Run<'a> {
             st: s.object.status.clone(),
             retry_interval,
             interval,
+            windows: Windows::default(),
         }
     }
 

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::api::{TerraformObject, ValidSpec, annotations};
 use crate::conditions::{ConditionType, Reason};
+use crate::windows::Gate;
 
 /// Why a run starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +22,9 @@ pub enum Trigger {
     Resume,
     /// `spec.interval` elapsed since the last run.
     Interval,
+    /// A plan that may be applied waited for an apply window (`ApplyWindowClosed`), and one is
+    /// open now.
+    ApplyWindowOpened,
 }
 
 /// How long after a failed run the next one starts: `spec.interval` when what the source
@@ -113,11 +117,24 @@ pub fn due(
     } else {
         (spec.interval, Trigger::Interval)
     };
+    // A plan waiting for an apply window is taken up as soon as one opens.
+    let mut opens_in = None;
+    let waits_for_window = crate::conditions::find(&status.conditions, ConditionType::Ready)
+        .is_some_and(|c| c.reason == Reason::ApplyWindowClosed.as_str());
+    if waits_for_window && status.reconciliation_failures == 0 {
+        match spec.windows.gate(now) {
+            Gate::Open => return Ok(Trigger::ApplyWindowOpened),
+            Gate::Closed { opens, .. } => opens_in = opens.map(|t| elapsed(now, t)),
+        }
+    }
     let since = elapsed(last, now);
     if since >= wait {
         Ok(trigger)
     } else {
-        Err(Some(wait - since))
+        let wait = wait - since;
+        Err(Some(
+            opens_in.map_or(wait, |o| o.max(Duration::from_secs(1)).min(wait)),
+        ))
     }
 }
 
