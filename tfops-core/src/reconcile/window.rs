@@ -22,7 +22,12 @@ pub(super) fn window(run: &mut Run<'_>, what: &str) -> Result<(), Stop> {
     if s.object.spec.force || run.windows.is_empty() || s.progress.attempted(StepKind::Apply) {
         return Ok(());
     }
-    let Gate::Closed { opens, why } = run.windows.gate(s.now) else {
+    let Gate::Closed {
+        opens,
+        searched,
+        why,
+    } = run.windows.gate(s.now)
+    else {
         return Ok(());
     };
     let opens_in = opens.map(|t| elapsed(s.now, t));
@@ -31,8 +36,9 @@ pub(super) fn window(run: &mut Run<'_>, what: &str) -> Result<(), Stop> {
             "it is applied when the next window opens, at {t} (in {})",
             crate::duration::format(d.max(Duration::from_secs(1)))
         ),
-        _ => "no window opens in the next 400 days: change spec.applyWindows, or set spec.force"
-            .to_string(),
+        _ => format!(
+            "no window opens before {searched} (as far as tfops looks ahead): change spec.applyWindows, or set spec.force"
+        ),
     };
     run.set(
         ConditionType::Ready,
