@@ -721,9 +721,31 @@ fn documented_metrics() -> BTreeMap<String, (String, Vec<String>)> {
 }
 
 /// The metrics the manager serves, by the name a query selects (counters end in `_total`),
-/// with their type.
+/// with their type: after a reconcile that planned and an API request, so that every family
+/// has a series (a labelled family without one is not served).
 fn served_metrics() -> BTreeMap<String, String> {
-    let text = tfops_operator::manager::metrics::Metrics::new().encode();
+    use tfops_core::reconcile::{Outcome, Record, RunReport, StepKind};
+    use tfops_kube::controller::ReconcileObserver;
+    let metrics = tfops_operator::manager::metrics::Metrics::new();
+    metrics.api_request("GET", 200);
+    let report: RunReport = RunReport {
+        records: vec![Record {
+            step: StepKind::ResolveSource,
+            at: jiff::Timestamp::UNIX_EPOCH,
+            result: Ok(Outcome::Fetched {
+                sha256: String::new(),
+            }),
+        }],
+        requeue_after: None,
+        status: serde_json::from_value(json!({"conditions": [{
+            "type": "Ready", "status": "False", "reason": "SourceFetchFailed",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+        .unwrap(),
+        output_tail: String::new(),
+    };
+    let key = tfops_core::api::ObjectKey::new("team-a", "app");
+    metrics.reconciled(&key, std::time::Duration::ZERO, Ok(&report));
+    let text = metrics.encode();
     text.lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .map(|l| {
