@@ -83,11 +83,15 @@ async fn reconcile(
 ) -> anyhow::Result<()> {
     let namespaces = options.controller.namespaces.clone();
     let pods = metrics.watch_runner_pods(client.clone(), &namespaces);
+    let controller =
+        crate::cluster::run_with_runner(client, options, std::future::pending(), runner);
+    tokio::pin!(controller);
     tokio::select! {
-        r = crate::cluster::run_with_runner(client, options, std::future::pending(), runner) => r?,
-        () = pods => {}
+        r = &mut controller => return Ok(r?),
+        // The watch never ends by itself; were it to, the controller goes on without it.
+        () = pods => tracing::warn!("the watch of runner Pods ended; tfops_runner_pods stops"),
     }
-    Ok(())
+    Ok(controller.await?)
 }
 
 /// SIGTERM or SIGINT.
