@@ -702,3 +702,198 @@ async fn the_kustomize_tree_installs_with_kubectl() {
     );
     assert_eq!(out.trim(), "no", "the controller deletes no Secret");
 }
+
+/// The metrics `docs/metrics.md` lists: name → (type, labels).
+fn documented_metrics() -> BTreeMap<String, (String, Vec<String>)> {
+    let text = std::fs::read_to_string(repo().join("docs/metrics.md")).unwrap();
+    let mut metrics = BTreeMap::new();
+    for row in text.lines().filter(|l| l.starts_with("| `tfops_")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let name = cells[1].trim_matches('`').to_string();
+        let labels = cells[3]
+            .split(',')
+            .map(|l| l.trim().trim_matches('`').to_string())
+            .filter(|l| !l.is_empty())
+            .collect();
+        metrics.insert(name, (cells[2].to_string(), labels));
+    }
+    metrics
+}
+
+/// The metrics the manager serves, by the name a query selects (counters end in `_total`),
+/// with their type: after a reconcile that planned and an API request, so that every family
+/// has a series (a labelled family without one is not served).
+fn served_metrics() -> BTreeMap<String, String> {
+    use tfops_core::reconcile::{Outcome, Record, RunReport, StepKind};
+    use tfops_kube::controller::ReconcileObserver;
+    let metrics = tfops_operator::manager::metrics::Metrics::new();
+    metrics.api_request("GET", 200);
+    let report: RunReport = RunReport {
+        records: vec![Record {
+            step: StepKind::ResolveSource,
+            at: jiff::Timestamp::UNIX_EPOCH,
+            result: Ok(Outcome::Fetched {
+                sha256: String::new(),
+            }),
+        }],
+        requeue_after: None,
+        status: serde_json::from_value(json!({"conditions": [{
+            "type": "Ready", "status": "False", "reason": "SourceFetchFailed",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+        .unwrap(),
+        output_tail: String::new(),
+    };
+    let key = tfops_core::api::ObjectKey::new("team-a", "app");
+    metrics.reconciled(&key, std::time::Duration::ZERO, Ok(&report));
+    let text = metrics.encode();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let (name, kind) = l.split_once(' ').unwrap();
+            let name = match kind {
+                "counter" => format!("{name}_total"),
+                _ => name.to_string(),
+            };
+            (name, kind.to_string())
+        })
+        .collect()
+}
+
+/// Every selector of a PromQL expression: the metric name, the label names it matches on, and
+/// those the aggregations around it group by.
+#[derive(Default)]
+struct Selectors(Vec<(String, Vec<String>)>, Vec<String>);
+
+impl promql_parser::util::ExprVisitor for Selectors {
+    type Error = String;
+    fn pre_visit(&mut self, expr: &promql_parser::parser::Expr) -> Result<bool, String> {
+        use promql_parser::parser::Expr;
+        let vs = match expr {
+            Expr::VectorSelector(vs) => vs,
+            Expr::MatrixSelector(ms) => &ms.vs,
+            Expr::Aggregate(a) => {
+                if let Some(m) = &a.modifier {
+                    self.1.extend(m.labels().labels.iter().cloned());
+                }
+                return Ok(true);
+            }
+            _ => return Ok(true),
+        };
+        let name = vs.name.clone().ok_or("a selector without a metric name")?;
+        let labels = vs
+            .matchers
+            .matchers
+            .iter()
+            .map(|m| m.name.clone())
+            .collect();
+        self.0.push((name, labels));
+        Ok(true)
+    }
+}
+
+#[test]
+fn the_prometheus_rule_alerts_only_on_documented_metrics_the_manager_serves() {
+    let documented = documented_metrics();
+    // Every metric served is documented with its type, and only those.
+    let types: BTreeMap<String, String> = documented
+        .iter()
+        .map(|(n, (t, _))| (n.clone(), t.clone()))
+        .collect();
+    assert_eq!(types, served_metrics(), "docs/metrics.md and /metrics");
+    // Off by default.
+    let default = objects(&helm_template(4, &[], &[]));
+    assert!(!default.keys().any(|k| k.0 == "PrometheusRule"));
+    let rendered = objects(&helm_template(
+        4,
+        &["charts/tfops/ci/integrations-values.yaml"],
+        &["prometheusRule.drift.enabled=false"],
+    ));
+    let rule = &rendered[&(
+        "PrometheusRule".to_string(),
+        NAMESPACE.to_string(),
+        "tfops".to_string(),
+    )];
+    assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
+    let monitor = &rendered[&(
+        "ServiceMonitor".to_string(),
+        NAMESPACE.to_string(),
+        "tfops-manager".to_string(),
+    )];
+    assert_eq!(monitor["spec"]["endpoints"][0]["honorLabels"], true);
+    let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+    let alerts: Vec<&str> = rules.iter().map(|r| r["alert"].as_str().unwrap()).collect();
+    assert_eq!(
+        alerts,
+        [
+            "TfopsObjectNotReady",
+            "TfopsPlanAwaitingApproval",
+            "TfopsRunsFailing",
+            "TfopsRunnerQueueWaitHigh",
+            "TfopsManagerAbsent",
+        ],
+        "the CI values turn the drift and Pending Pod alerts off and add one"
+    );
+    let awaiting = &rules[1];
+    assert!(
+        awaiting["expr"].as_str().unwrap().ends_with("> 7200"),
+        "{awaiting}"
+    );
+    assert_eq!(awaiting["labels"]["severity"], "page");
+    assert!(
+        awaiting["annotations"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("{{ $labels.namespace }}/{{ $labels.name }}"),
+        "{awaiting}"
+    );
+    // Every expression of the defaults is PromQL selecting documented metrics by their labels.
+    let all = objects(&helm_template(4, &[], &["prometheusRule.enabled=true"]));
+    let rules = all[&(
+        "PrometheusRule".to_string(),
+        NAMESPACE.to_string(),
+        "tfops".to_string(),
+    )]["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(rules.len(), 6);
+    for rule in rules.iter().chain(&rules_of_ci()) {
+        let expr = rule["expr"].as_str().unwrap();
+        let parsed = promql_parser::parser::parse(expr)
+            .unwrap_or_else(|e| panic!("{} does not parse: {e}: {expr}", rule["alert"]));
+        let mut found = Selectors::default();
+        promql_parser::util::walk_expr(&mut found, &parsed).unwrap();
+        assert!(!found.0.is_empty(), "{expr}");
+        for (name, matched) in &found.0 {
+            let (_, labels) = documented
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} in {expr} is not a metric tfops serves"));
+            for label in matched.iter().chain(&found.1) {
+                assert!(
+                    labels.contains(label),
+                    "{name} has no label {label}: {expr}"
+                );
+            }
+        }
+        if let Some(d) = rule.get("for") {
+            promql_parser::util::parse_duration(d.as_str().unwrap()).unwrap();
+        }
+    }
+}
+
+/// The rules the CI values render (with one of the values' own).
+fn rules_of_ci() -> Vec<Value> {
+    let rendered = objects(&helm_template(
+        4,
+        &["charts/tfops/ci/integrations-values.yaml"],
+        &[],
+    ));
+    rendered[&(
+        "PrometheusRule".to_string(),
+        NAMESPACE.to_string(),
+        "tfops".to_string(),
+    )]["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .clone()
+}

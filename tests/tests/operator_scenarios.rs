@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
-use support::operator::{Operator, condition, ready_with, slow, upstream_state};
+use support::operator::{Operator, condition, reading, ready_with, slow, upstream_state};
 use tfops_kube::Terraform;
 
 fn applied(t: &tfops_kube::Terraform) -> bool {
@@ -28,23 +28,6 @@ fn handled(t: &tfops_kube::Terraform, token: &str) -> bool {
         .and_then(|s| s.last_handled_reconcile_at.as_deref())
         == Some(token)
         && condition(t, "Reconciling").is_none()
-}
-
-/// A configuration whose only output reads another state file: the "infrastructure" that
-/// changes behind Terraform's back is that file (the runner Pods of the node agent are
-/// processes of this machine, so an absolute path reaches it).
-fn reading(path: &std::path::Path) -> String {
-    format!(
-        r#"data "terraform_remote_state" "upstream" {{
-  backend = "local"
-  config = {{ path = "{}" }}
-}}
-output "upstream_color" {{
-  value = data.terraform_remote_state.upstream.outputs.color
-}}
-"#,
-        path.display()
-    )
 }
 
 async fn request_run(op: &Operator, name: &str, token: &str) {

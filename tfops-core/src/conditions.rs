@@ -202,6 +202,9 @@ string_enum!(
         /// The state Secret nears the 1 MiB a Secret holds, and the backend (OpenTofu's)
         /// cannot split it: the next applies may fail to save state.
         StateNearSizeLimit,
+        /// An approved or automatic plan waits: `spec.applyWindows` lets no apply start now
+        /// (the message names the next opening).
+        ApplyWindowClosed,
     }
 );
 

@@ -34,7 +34,8 @@ pub struct Health {
 /// spec that cannot work until edited) → Degraded with its message; no `Ready` → Progressing;
 /// being deleted → Progressing ("deleting: …") unless `Ready=False`; a spec generation not yet
 /// acted on → Progressing; `Ready=True` → Healthy; `Ready=Unknown` → Suspended when a plan
-/// awaits approval (the message names the plan), else Progressing; `Ready=False` → Degraded
+/// awaits approval (the message names the plan) or an apply window (reason
+/// `ApplyWindowClosed`), else Progressing; `Ready=False` → Degraded
 /// (naming the lock holder and the way out when the state lock is held).
 ///
 /// `config/argocd/resource_customizations/infra.argocd.io/Terraform/health.lua` is the same
@@ -106,6 +107,11 @@ pub fn health(object: &TerraformObject) -> Health {
                 ),
             )
         }
+        // Nothing to do until a window opens (or a human forces it): paused, not working.
+        ConditionStatus::Unknown if ready.reason == Reason::ApplyWindowClosed.as_str() => h(
+            HealthStatus::Suspended,
+            format!("waiting for an apply window: {message}"),
+        ),
         ConditionStatus::Unknown => h(HealthStatus::Progressing, message),
     }
 }

@@ -31,5 +31,6 @@ pub mod source;
 pub mod tail;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod windows;
 
 pub use jiff::Timestamp;

@@ -440,6 +440,23 @@ pub async fn attached_once(op: &Operator, name: &str) -> Terraform {
     t
 }
 
+/// A configuration whose only output reads another state file: the "infrastructure" that
+/// changes behind Terraform's back is that file (the runner Pods of the node agent are
+/// processes of this machine, so an absolute path reaches it).
+pub fn reading(path: &std::path::Path) -> String {
+    format!(
+        r#"data "terraform_remote_state" "upstream" {{
+  backend = "local"
+  config = {{ path = "{}" }}
+}}
+output "upstream_color" {{
+  value = data.terraform_remote_state.upstream.outputs.color
+}}
+"#,
+        path.display()
+    )
+}
+
 /// Writes a local Terraform state at `path` whose only output is `color`, as another
 /// configuration's state that a `terraform_remote_state` reads (`serial` must grow with
 /// each change).

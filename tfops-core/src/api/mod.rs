@@ -14,6 +14,7 @@ mod state;
 mod status;
 mod validate;
 mod vars;
+mod windows;
 
 pub use meta::{ObjectKey, ObjectMeta, TerraformObject};
 pub use outputs::{
@@ -34,6 +35,7 @@ pub use validate::{SpecProblem, ValidSpec, ValidationErrors, validate};
 pub use vars::{
     FileLocation, FileMapping, KeyRef, SecretKeyRef, ValueFrom, Variable, VarsFrom, VarsFromKind,
 };
+pub use windows::{ApplyWindow, WindowKind};
 
 /// The API group of the `Terraform` kind.
 pub const GROUP: &str = "infra.argocd.io";

@@ -111,6 +111,12 @@ pub struct TerraformSpec {
     /// Plan only: never apply, whatever `approvePlan` says. Default false.
     #[serde(default)]
     pub plan_only: bool,
+    /// When applies may start: recurring `allow` and `deny` windows. Empty (the default): at
+    /// any time. An approved or automatic plan outside a window waits (`Ready=Unknown`, reason
+    /// `ApplyWindowClosed`, naming the next opening) and is applied when one opens;
+    /// `spec.force` ignores windows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apply_windows: Vec<super::ApplyWindow>,
 }
 
 fn default_interval() -> String {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::{
     ApprovePlan, ForceUnlock, HealthCheckType, SourceKind, TerraformObject, TerraformSpec,
 };
+use crate::windows::Windows;
 use crate::{duration, naming};
 
 /// One thing wrong with a spec.
@@ -47,6 +48,8 @@ pub struct ValidSpec {
     pub approve: ApprovePlan,
     /// `spec.healthChecks[*].timeout`, in order.
     pub health_check_timeouts: Vec<Duration>,
+    /// `spec.applyWindows`.
+    pub windows: Windows,
 }
 
 /// Checks an object's spec.
@@ -67,6 +70,12 @@ pub fn validate(object: &TerraformObject) -> Result<ValidSpec, ValidationErrors>
     check_outputs_and_dependencies(&mut c, object);
     let health_check_timeouts = check_health_checks(&mut c, spec);
     check_runner(&mut c, spec);
+    let windows = Windows::parse(&spec.apply_windows).unwrap_or_else(|problems| {
+        for (field, message) in problems {
+            c.problem(&field, message);
+        }
+        Windows::default()
+    });
     if !c.problems.is_empty() {
         return Err(ValidationErrors(c.problems));
     }
@@ -78,6 +87,7 @@ pub fn validate(object: &TerraformObject) -> Result<ValidSpec, ValidationErrors>
             .into_iter()
             .map(Option::unwrap_or_default)
             .collect(),
+        windows,
     })
 }
 

@@ -34,12 +34,7 @@ pub(super) fn stalled(mut run: Run<'_>, message: String) -> Decision {
 fn end(mut run: Run<'_>, ended: End) -> Decision {
     let requeue = match ended {
         End::Success => {
-            run.st.reconciliation_failures = 0;
-            if is_stalled_by(&run, Reason::RetryLimitReached)
-                || is_stalled_by(&run, Reason::InvalidSpec)
-            {
-                run.remove(ConditionType::Stalled);
-            }
+            succeeded(&mut run);
             Some(run.interval)
         }
         // A quota that refused the runner Pod: the object waits in the queue, no failure.
@@ -50,6 +45,13 @@ fn end(mut run: Run<'_>, ended: End) -> Decision {
         End::Queued(why) => {
             let at = ended_at(&run);
             Some(waiting::wait(&mut run, &why, false, at))
+        }
+        // Back when the window opens, or at the interval if that comes first (a new revision
+        // may make another plan meanwhile).
+        End::WindowClosed(opens_in) => {
+            succeeded(&mut run);
+            let opens_in = opens_in.map_or(run.interval, |d| d.max(Duration::from_secs(1)));
+            Some(opens_in.min(run.interval))
         }
         End::Failed(failure) => {
             if let Some(decision) = auto_unlock(&mut run, &failure) {
@@ -70,6 +72,14 @@ fn end(mut run: Run<'_>, ended: End) -> Decision {
     run.next(Step::Done {
         requeue_after: requeue,
     })
+}
+
+/// A run that did what it could: no failures in a row, and no longer stalled by one.
+fn succeeded(run: &mut Run<'_>) {
+    run.st.reconciliation_failures = 0;
+    if is_stalled_by(run, Reason::RetryLimitReached) || is_stalled_by(run, Reason::InvalidSpec) {
+        run.remove(ConditionType::Stalled);
+    }
 }
 
 /// Nothing was attempted: the start's bookkeeping is kept so the trigger stays due, with the

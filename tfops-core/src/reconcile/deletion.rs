@@ -42,6 +42,9 @@ pub(super) fn deletion(s: &Snapshot) -> Decision {
             (v.retry_interval, v.interval)
         });
     let mut run = Run::new(s, retry, interval);
+    if let Ok(v) = &valid {
+        run.windows = v.windows.clone();
+    }
     if !s.object.has_finalizer() || s.progress.succeeded(StepKind::RemoveFinalizer) {
         return run.next(Step::Done {
             requeue_after: None,

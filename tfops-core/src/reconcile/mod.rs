@@ -37,6 +37,7 @@ mod source;
 mod timing;
 mod trigger;
 mod waiting;
+mod window;
 
 pub use driver::{Driver, DriverError, RunReport};
 pub use failure::{MAX_MESSAGE, SubStep, failure, trim_message};
@@ -68,6 +69,7 @@ pub fn decide(s: &Snapshot) -> Decision {
         }
     };
     let mut run = Run::new(s, valid.retry_interval, valid.interval);
+    run.windows = valid.windows.clone();
     let result = steps(&mut run, &valid);
     cleanup::cleanup(run, result)
 }

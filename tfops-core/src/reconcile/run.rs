@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::model::{Decision, Outcome, Snapshot, Step, StepFailure, StepKind, Writer};
 use crate::api::{LockStatus, PlanStatus, TerraformStatus};
 use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
+use crate::windows::Windows;
 
 /// What the progress says about one step.
 pub(super) enum Got<'a> {
@@ -47,6 +48,9 @@ pub(super) enum End {
     /// No runner Pod may start for it now (the queue's [`super::queue::Slot::Full`], with
     /// what stops it): it waits in the queue without an attempt, counting no failure.
     Queued(String),
+    /// A plan that may be applied waits for an apply window, which opens after the duration
+    /// given (`None`: none opens soon). Like [`End::Success`] otherwise: the plan is recorded.
+    WindowClosed(Option<Duration>),
     /// The object can make no progress until a human changes it (invalid spec).
     Stalled,
 }
@@ -63,6 +67,8 @@ pub(super) struct Run<'a> {
     pub st: TerraformStatus,
     pub retry_interval: Duration,
     pub interval: Duration,
+    /// `spec.applyWindows` (none unless the spec is valid).
+    pub windows: Windows,
 }
 
 impl<'a> Run<'a> {
@@ -72,6 +78,7 @@ impl<'a> Run<'a> {
             st: s.object.status.clone(),
             retry_interval,
             interval,
+            windows: Windows::default(),
         }
     }
 

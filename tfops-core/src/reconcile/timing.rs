@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::queue::{self, RunnerQueue, Slot};
 use crate::api::{TerraformObject, ValidSpec, annotations};
 use crate::conditions::{ConditionType, Reason};
+use crate::windows::Gate;
 
 /// Why a run starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +23,9 @@ pub enum Trigger {
     Resume,
     /// `spec.interval` elapsed since the last run.
     Interval,
+    /// A plan that may be applied waited for an apply window (`ApplyWindowClosed`), and one is
+    /// open now.
+    ApplyWindowOpened,
     /// The object waits for a runner Pod, and its turn came ([`Slot::Free`]) or its jittered
     /// wait elapsed.
     Queued,
@@ -103,18 +107,7 @@ pub fn due(
         return Ok(Trigger::ReplanRequested);
     }
     if queue::waiting_since(status).is_some() {
-        if queue.slot == Slot::Free {
-            return Ok(Trigger::Queued);
-        }
-        return match (
-            status.last_run_at,
-            queue::retry_wait(object, spec.retry_interval, spec.interval),
-        ) {
-            (Some(last), Some(wait)) if elapsed(last, now) < wait => {
-                Err(Some(wait - elapsed(last, now)))
-            }
-            _ => Ok(Trigger::Queued),
-        };
+        return turn(object, spec, queue, now);
     }
     let Some(last) = status.last_run_at else {
         return Ok(Trigger::Interval);
@@ -140,11 +133,46 @@ pub fn due(
     } else {
         (spec.interval, Trigger::Interval)
     };
+    // A plan waiting for an apply window is taken up as soon as one opens.
+    let mut opens_in = None;
+    let waits_for_window = crate::conditions::find(&status.conditions, ConditionType::Ready)
+        .is_some_and(|c| c.reason == Reason::ApplyWindowClosed.as_str());
+    if waits_for_window && status.reconciliation_failures == 0 {
+        match spec.windows.gate(now) {
+            Gate::Open => return Ok(Trigger::ApplyWindowOpened),
+            Gate::Closed { opens, .. } => opens_in = opens.map(|t| elapsed(now, t)),
+        }
+    }
     let since = elapsed(last, now);
     if since >= wait {
         Ok(trigger)
     } else {
-        Err(Some(wait - since))
+        let wait = wait - since;
+        Err(Some(
+            opens_in.map_or(wait, |o| o.max(Duration::from_secs(1)).min(wait)),
+        ))
+    }
+}
+
+/// When an object waiting for a runner Pod runs: at its turn ([`Slot::Free`]), else once its
+/// jittered wait since its last attempt (or look) elapsed.
+fn turn(
+    object: &TerraformObject,
+    spec: &ValidSpec,
+    queue: &RunnerQueue,
+    now: jiff::Timestamp,
+) -> Result<Trigger, Option<Duration>> {
+    if queue.slot == Slot::Free {
+        return Ok(Trigger::Queued);
+    }
+    match (
+        object.status.last_run_at,
+        queue::retry_wait(object, spec.retry_interval, spec.interval),
+    ) {
+        (Some(last), Some(wait)) if elapsed(last, now) < wait => {
+            Err(Some(wait - elapsed(last, now)))
+        }
+        _ => Ok(Trigger::Queued),
     }
 }
 

@@ -74,6 +74,26 @@ pub fn options(
     Ok(o)
 }
 
+/// The controller, and the watch of runner Pods its metrics count, until the controller ends.
+async fn reconcile(
+    client: kube::Client,
+    options: ClusterOptions,
+    runner: Option<Arc<dyn tfops_core::ports::RunnerPort>>,
+    metrics: &metrics::Metrics,
+) -> anyhow::Result<()> {
+    let namespaces = options.controller.namespaces.clone();
+    let pods = metrics.watch_runner_pods(client.clone(), &namespaces);
+    let controller =
+        crate::cluster::run_with_runner(client, options, std::future::pending(), runner);
+    tokio::pin!(controller);
+    tokio::select! {
+        r = &mut controller => return Ok(r?),
+        // The watch never ends by itself; were it to, the controller goes on without it.
+        () = pods => tracing::warn!("the watch of runner Pods ended; tfops_runner_pods stops"),
+    }
+    Ok(controller.await?)
+}
+
 /// SIGTERM or SIGINT.
 async fn terminated() {
     let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
@@ -133,7 +153,7 @@ pub async fn run_with_runner(
     let options = options(&flags, &identity, metrics.clone())?;
     let ready = Arc::new(AtomicBool::new(false));
     let endpoints = serve::Endpoints {
-        metrics,
+        metrics: metrics.clone(),
         ready: ready.clone(),
     };
     let metrics_at = serve::serve(flags.metrics_addr, endpoints.clone())
@@ -151,7 +171,7 @@ pub async fn run_with_runner(
     if !flags.leader_election {
         ready.store(true, Ordering::Relaxed);
         tokio::select! {
-            r = crate::cluster::run_with_runner(client, options, std::future::pending(), runner.clone()) => r?,
+            r = reconcile(client, options, runner, &metrics) => r?,
             () = terminated() => tracing::info!("stopping: runs under way go on in their runner Pods"),
         }
         return Ok(());
@@ -174,7 +194,7 @@ pub async fn run_with_runner(
     }
     tracing::info!(%identity, "leading");
     tokio::select! {
-        r = crate::cluster::run_with_runner(client, options, std::future::pending(), runner.clone()) => r?,
+        r = reconcile(client, options, runner, &metrics) => r?,
         () = leadership.lost() => {
             // Another replica may lead now: stop at once rather than race it.
             anyhow::bail!("lost the leader Lease; stopping so that only the new leader reconciles");

@@ -31,6 +31,7 @@ pub(super) fn apply<'a>(
     drift: bool,
 ) -> Result<Done, Stop> {
     let kind = plan_kind(run);
+    super::window::window(run, &planned.label)?;
     match hand_over(run, kind, plan_id, planned, inputs, drift)? {
         Verified::Same { planned, inputs } => {
             let destroy = run.s.object.spec.destroy;

@@ -59,6 +59,7 @@ fn apply_destroy<'a>(
         return Err(run.fail(ConditionType::Plan, failure));
     }
     let summary = planned.summary;
+    crate::reconcile::window::window(run, &planned.label)?;
     let digest = match hand_over(run, PlanKind::Destroy, plan_id, planned, "", false)? {
         Verified::Same { planned, .. } => planned.digest,
         // Nothing left to destroy.

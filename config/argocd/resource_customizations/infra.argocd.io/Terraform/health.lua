@@ -104,6 +104,13 @@ if ready.reason == "TerraformPlannedWithChanges" and text(plan.pending) ~= "" th
   return hs
 end
 
+-- Nothing to do until spec.applyWindows lets an apply start: paused, not working.
+if ready.reason == "ApplyWindowClosed" then
+  hs.status = "Suspended"
+  hs.message = "waiting for an apply window: " .. message
+  return hs
+end
+
 hs.status = "Progressing"
 hs.message = message
 return hs

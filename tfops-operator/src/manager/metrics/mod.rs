@@ -1,16 +1,24 @@
 //! The manager's Prometheus metrics (`prometheus-client`), fed by the controller after every
-//! reconcile: reconciles by result and their duration, steps by kind and result, objects by
-//! `Ready` reason, plans awaiting approval, drift found, runner Pod start latency and
-//! lifetime; and by the Kubernetes client's layer ([`super::api_client`]): API requests.
+//! reconcile: reconciles by result and their duration, runs by result, steps by kind and
+//! result, drift found, runner Pod start latency and lifetime; the gauges of each object as
+//! last seen ([`objects`]: by `Ready` reason, awaiting approval, drift, not Ready, the runner
+//! queue); runner Pods as the cluster has them ([`runner_pods`]); and by the Kubernetes
+//! client's layer ([`super::api_client`]): API requests. Every metric is listed in
+//! `docs/metrics.md`.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+mod objects;
+mod runner_pods;
+mod runs;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tfops_core::api::ObjectKey;
@@ -35,26 +43,24 @@ struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabel {
-    reason: String,
+struct RunLabels {
+    result: &'static str,
+    reason: &'static str,
 }
-
-/// What each object was last seen as: its `Ready` reason, and whether a plan awaits approval.
-type Seen = BTreeMap<ObjectKey, (String, bool)>;
 
 /// The metrics and their registry.
 pub struct Metrics {
     registry: Registry,
     reconciles: Family<ResultLabel, Counter>,
     duration: Histogram,
+    runs: Family<RunLabels, Counter>,
     steps: Family<StepLabels, Counter>,
-    objects: Family<ReasonLabel, Gauge>,
-    awaiting: Gauge,
+    objects: Arc<objects::Objects>,
+    runner_pods: Arc<runner_pods::RunnerPods>,
     drift: Counter,
     runner_start: Histogram,
     runner_lifetime: Histogram,
     requests: Family<RequestLabels, Counter>,
-    seen: Mutex<Seen>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -72,12 +78,18 @@ impl Default for Metrics {
 impl Metrics {
     /// Every metric registered under the `tfops` prefix.
     pub fn new() -> Self {
+        Self::with_clock(Arc::new(jiff::Timestamp::now))
+    }
+
+    /// [`Metrics::new`] with the durations of the gauges taken at `clock`'s time.
+    fn with_clock(clock: objects::Clock) -> Self {
         let mut registry = Registry::with_prefix("tfops");
         let reconciles = Family::<ResultLabel, Counter>::default();
         let duration = Histogram::new(exponential_buckets(0.01, 2.0, 16));
+        let runs = Family::<RunLabels, Counter>::default();
         let steps = Family::<StepLabels, Counter>::default();
-        let objects = Family::<ReasonLabel, Gauge>::default();
-        let awaiting = Gauge::default();
+        let objects = Arc::new(objects::Objects::new(clock));
+        let runner_pods = Arc::new(runner_pods::RunnerPods::default());
         let drift = Counter::default();
         let runner_start = Histogram::new(exponential_buckets(0.1, 2.0, 12));
         let runner_lifetime = Histogram::new(exponential_buckets(1.0, 2.0, 14));
@@ -88,17 +100,14 @@ impl Metrics {
             "How long a reconcile took",
             duration.clone(),
         );
+        registry.register("runs", "Runs by result and Ready reason", runs.clone());
         registry.register(
             "steps",
             "Steps performed, by kind and result",
             steps.clone(),
         );
-        registry.register("objects", "Objects by Ready reason", objects.clone());
-        registry.register(
-            "plans_awaiting_approval",
-            "Objects whose plan waits for approval",
-            awaiting.clone(),
-        );
+        registry.register_collector(Box::new(objects.clone()));
+        registry.register_collector(Box::new(runner_pods.clone()));
         registry.register(
             "drift_detected",
             "Drift checks that found drift",
@@ -123,14 +132,14 @@ impl Metrics {
             registry,
             reconciles,
             duration,
+            runs,
             steps,
             objects,
-            awaiting,
+            runner_pods,
             drift,
             runner_start,
             runner_lifetime,
             requests,
-            seen: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -192,28 +201,17 @@ impl Metrics {
         }
     }
 
-    fn record_object(&self, object: &ObjectKey, report: &RunReport) {
-        let ready = report.status.conditions.iter().find(|c| c.type_ == "Ready");
-        let reason = ready.map(|c| c.reason.clone()).unwrap_or_default();
-        let awaiting = !report.status.plan.pending.is_empty()
-            && ready.is_some_and(|c| c.reason == "TerraformPlannedWithChanges");
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        seen.insert(object.clone(), (reason, awaiting));
-        let mut by_reason: BTreeMap<&str, i64> = BTreeMap::new();
-        for (reason, _) in seen.values() {
-            *by_reason.entry(reason.as_str()).or_default() += 1;
+    /// Counts the run `report` records, by its result.
+    fn record_run(&self, report: &RunReport) {
+        if let Some((result, reason)) = runs::result(report) {
+            self.runs.get_or_create(&RunLabels { result, reason }).inc();
         }
-        // Reasons no object has any more go to zero rather than keep an old count.
-        self.objects.clear();
-        for (reason, n) in by_reason {
-            self.objects
-                .get_or_create(&ReasonLabel {
-                    reason: reason.to_string(),
-                })
-                .set(n);
-        }
-        self.awaiting
-            .set(seen.values().filter(|(_, a)| *a).count() as i64);
+    }
+
+    /// Watches the runner Pods of `namespaces` (empty: all) for `tfops_runner_pods`, until
+    /// the future is dropped.
+    pub async fn watch_runner_pods(&self, client: kube::Client, namespaces: &[String]) {
+        self.runner_pods.watch(client, namespaces).await;
     }
 }
 
@@ -233,14 +231,12 @@ impl ReconcileObserver for Metrics {
             .inc();
         if let Ok(report) = outcome {
             self.record_steps(report);
-            self.record_object(object, report);
+            self.record_run(report);
+            self.objects.observe(object, report);
         }
     }
 
     fn deleted(&self, object: &ObjectKey) {
-        self.seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(object);
+        self.objects.forget(object);
     }
 }
