@@ -18,8 +18,8 @@ mod vars;
 pub use crate::windows::{ApplyWindow, WindowKind};
 pub use meta::{ObjectKey, ObjectMeta, TerraformObject};
 pub use outputs::{
-    HealthCheck, HealthCheckType, TemplateError, WriteOutputsToSecret, render_template,
-    template_references,
+    HealthCheck, HealthCheckType, TemplateError, WriteOutputsToConfigMap, WriteOutputsToSecret,
+    render_template, template_references,
 };
 pub use runner::{
     ApplyPodTemplate, ApplyPodTemplateSpec, ApplyRunnerSpec, Binary, EnvVar, KubeValue,
