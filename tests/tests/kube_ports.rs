@@ -1,5 +1,5 @@
 //! The Kubernetes ports other than plans and runners, each on its own against the test
-//! cluster: the outputs Secret, state administration and the lock holder, inputs from Secrets
+//! cluster: the outputs Secret and ConfigMap, state administration and the lock holder, inputs from Secrets
 //! and ConfigMaps, status by server-side apply, the finalizer, and events.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,12 +14,13 @@ use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 use tfops_core::api::{
-    FINALIZER, ObjectKey, TerraformObject, TerraformStatus, WriteOutputsToSecret,
+    FINALIZER, ObjectKey, TerraformObject, TerraformStatus, WriteOutputsToConfigMap,
+    WriteOutputsToSecret,
 };
 use tfops_core::conditions::Reason;
 use tfops_core::ports::{
-    Event, EventSink, EventType, InputsPort, ObjectWriter, OutputValue, OutputsSink, PortError,
-    StateAdmin,
+    ConfigMapData, Event, EventSink, EventType, InputsPort, ObjectWriter, OutputValue, OutputsSink,
+    PortError, StateAdmin,
 };
 use tfops_kube::meta::Owner;
 use tfops_kube::{
@@ -128,6 +129,66 @@ async fn outputs_are_written_renamed_labelled_owned_and_never_over_someone_elses
     sink.delete(&w.key, "web-outputs").await.unwrap();
     sink.delete(&w.key, "web-outputs").await.unwrap();
     assert!(secrets.get_opt("web-outputs").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn the_outputs_config_map_holds_text_only_ours_and_goes_even_from_the_controller() {
+    let w = world(json!({})).await;
+    let sink = KubeOutputsSink::new(w.client.clone(), Owner::Lookup(w.client.clone()))
+        .leaving_deletes_to_garbage_collection();
+    let target: WriteOutputsToConfigMap = support::from_json(json!({
+        "name": "web-values",
+        "labels": {"team": "a"},
+        "annotations": {"note": "for helm"},
+    }));
+    let outputs = BTreeMap::from([
+        ("endpoint".to_string(), output(json!("https://web"), false)),
+        ("ports".to_string(), output(json!([80, 443]), false)),
+        ("password".to_string(), output(json!("hunter2"), true)),
+    ]);
+    let data = ConfigMapData::select(&target, &outputs).unwrap();
+    sink.write_config_map(&w.key, &target, &data).await.unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(w.client.clone(), "team");
+    let written = maps.get("web-values").await.unwrap();
+    assert_eq!(
+        written.data.clone().unwrap(),
+        BTreeMap::from([
+            ("endpoint".to_string(), "https://web".to_string()),
+            ("ports".to_string(), "[80,443]".to_string()),
+        ])
+    );
+    let labels = written.metadata.labels.clone().unwrap();
+    assert_eq!(labels["team"], "a");
+    assert_eq!(labels["infra.argocd.io/outputs"], "true");
+    assert_eq!(written.metadata.annotations.unwrap()["note"], "for helm");
+    let owner = &written.metadata.owner_references.unwrap()[0];
+    assert_eq!(owner.uid, w.object.metadata.uid.clone().unwrap());
+
+    // Someone else's ConfigMap is neither overwritten nor deleted.
+    let theirs: ConfigMap = support::from_json(json!({
+        "metadata": {"name": "app-config"}, "data": {"mode": "theirs"}}));
+    maps.create(&PostParams::default(), &theirs).await.unwrap();
+    let target_theirs: WriteOutputsToConfigMap = support::from_json(json!({"name": "app-config"}));
+    match sink.write_config_map(&w.key, &target_theirs, &data).await {
+        Err(PortError::Invalid(m)) => {
+            assert!(
+                m.contains("ConfigMap team/app-config")
+                    && m.contains("writeOutputsToConfigMap.name"),
+                "{m}"
+            )
+        }
+        other => panic!("must refuse to take over a ConfigMap: {other:?}"),
+    }
+    sink.delete_config_map(&w.key, "app-config").await.unwrap();
+    assert_eq!(
+        maps.get("app-config").await.unwrap().data.unwrap()["mode"],
+        "theirs"
+    );
+
+    // The controller's sink deletes no Secret, but does remove the ConfigMap it may delete.
+    sink.delete_config_map(&w.key, "web-values").await.unwrap();
+    sink.delete_config_map(&w.key, "web-values").await.unwrap();
+    assert!(maps.get_opt("web-values").await.unwrap().is_none());
 }
 
 fn state_secret(name: &str, suffix: &str, bytes: usize) -> Secret {

@@ -180,8 +180,7 @@ async fn a_whole_run_in_a_runner_pod_that_writes_plans_and_outputs_itself() {
     let outputs = s
         .write_outputs(&OutputsRequest {
             target: Some(target),
-            remove: None,
-            reveal: vec![],
+            ..OutputsRequest::default()
         })
         .await
         .unwrap();

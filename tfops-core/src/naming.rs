@@ -155,6 +155,17 @@ pub fn is_label_value(s: &str) -> bool {
         && ok_end(s.bytes().last())
 }
 
+/// Whether `s` is a ConfigMap (or Secret) data key: at most 253 of `-._a-zA-Z0-9`, and not
+/// `.`, `..` or starting with `..`.
+pub fn is_config_map_key(s: &str) -> bool {
+    let ok_char = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_');
+    !s.is_empty()
+        && s.len() <= MAX_NAME
+        && s.bytes().all(ok_char)
+        && s != "."
+        && !s.starts_with("..")
+}
+
 /// Whether `s` is a DNS-1123 subdomain (an object name).
 pub fn is_subdomain(s: &str) -> bool {
     !s.is_empty()
@@ -231,6 +242,11 @@ mod tests {
         assert!(!is_label_value("-x"));
         assert!(!is_label_value(&"a".repeat(64)));
         assert!(is_subdomain("my.outputs"));
+        assert!(is_config_map_key("db.Host_1-a"));
+        for bad in ["", ".", "..", "..x", "a b", "a/b", "a:b"] {
+            assert!(!is_config_map_key(bad), "{bad:?}");
+        }
+        assert!(!is_config_map_key(&"k".repeat(254)));
         assert!(!is_subdomain("My_Outputs"));
     }
 }

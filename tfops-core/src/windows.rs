@@ -1,5 +1,7 @@
-//! Apply windows (`spec.applyWindows`): whether an apply may start at a given time, and when
-//! the next one may. Pure: time is always a parameter.
+//! Apply windows (`spec.applyWindows`): the API type, whether an apply may start at a given
+//! time, and when the next one may. Pure: time is always a parameter. (The API re-exports
+//! [`ApplyWindow`] and [`WindowKind`]; they live here so that this module needs nothing of
+//! the API's.)
 //!
 //! A window is open from each occurrence of its cron schedule (read in its time zone) for its
 //! duration: `[start, start + duration)`. An apply may start at `t` when no `deny` window is
@@ -15,7 +17,8 @@ use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 
-use crate::api::{ApplyWindow, WindowKind};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// How far ahead [`Windows::gate`] looks for an opening, and how many window boundaries it
 /// steps over on the way: a spec whose windows never open (a `deny` window always open, which
@@ -23,6 +26,38 @@ use crate::api::{ApplyWindow, WindowKind};
 /// take about 0.1 s unoptimised.
 const HORIZON: Duration = Duration::from_secs(400 * 24 * 3600);
 const MAX_BOUNDARIES: usize = 2_000;
+
+/// A recurring window in which applies may start (`allow`) or may not (`deny`). Plans and drift
+/// checks run at any time; only the start of an apply waits for a window. With at least one
+/// `allow` window, an apply starts only inside one of them; inside any `deny` window it never
+/// starts. `spec.force` ignores windows; an apply under way when a window closes finishes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApplyWindow {
+    /// `allow` (the default): applies may start inside the window. `deny`: they may not, even
+    /// inside an `allow` window.
+    #[serde(default)]
+    pub kind: WindowKind,
+    /// When the window opens: a cron expression of five fields (minute, hour, day of month,
+    /// month, day of week), read in `timeZone`; e.g. `0 22 * * 1-5` for 22:00 on weekdays.
+    pub schedule: String,
+    /// How long the window stays open from each opening, as a Go duration (`30m`, `4h`).
+    pub duration: String,
+    /// The IANA time zone `schedule` is read in (`Europe/Berlin`). Default `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+}
+
+/// Whether a window lets applies start or keeps them from starting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum WindowKind {
+    /// Applies may start inside the window.
+    #[default]
+    Allow,
+    /// Applies may not start inside the window.
+    Deny,
+}
 
 /// A window of `spec.applyWindows`, parsed.
 #[derive(Debug, Clone)]

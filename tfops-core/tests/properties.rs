@@ -38,6 +38,8 @@ enum Edit {
     Dependency,
     /// Adds or removes `spec.runner.apply` (a separate apply identity).
     SplitApply,
+    /// Sets `spec.writeOutputsToConfigMap` to one of [`config_map_target`]'s.
+    OutputsConfigMap(u8),
 }
 
 #[derive(Debug, Clone)]
@@ -87,6 +89,7 @@ fn edit() -> impl Strategy<Value = Edit> {
         1 => Just(Edit::ForceUnlockAuto),
         1 => Just(Edit::Dependency),
         2 => Just(Edit::SplitApply),
+        2 => (0u8..4).prop_map(Edit::OutputsConfigMap),
     ]
 }
 
@@ -111,6 +114,8 @@ const FAULTS: &[FakeOp] = &[
     FakeOp::DeletePlan,
     FakeOp::WriteOutputs,
     FakeOp::DeleteOutputs,
+    FakeOp::WriteConfigMap,
+    FakeOp::DeleteConfigMap,
     FakeOp::DeleteState,
     FakeOp::Health,
     FakeOp::WriteStatus,
@@ -221,6 +226,7 @@ impl Model {
                     .map(|o| o.status.plan.pending.clone())
                     .unwrap_or_default();
                 let approve_before = before.map(|o| o.spec.approve_plan).unwrap_or_default();
+                let object_name = self.keys[i].name.clone();
                 w.edit(&self.keys[i], |s| match e {
                     Edit::ApproveAuto => s.approve_plan = "auto".into(),
                     Edit::ApproveManual => s.approve_plan.clear(),
@@ -267,6 +273,9 @@ impl Model {
                                     .unwrap(),
                             ),
                         }
+                    }
+                    Edit::OutputsConfigMap(n) => {
+                        s.write_outputs_to_config_map = config_map_target(&object_name, n);
                     }
                     Edit::ForceUnlockAuto => {
                         s.tfstate.force_unlock = match s.tfstate.force_unlock {
@@ -632,6 +641,12 @@ impl Model {
             }
         }
 
+        check_outputs_config_map(
+            w,
+            key,
+            &before,
+            result.as_ref().ok().and_then(Option::as_ref),
+        )?;
         let Ok(Some(report)) = result else {
             return Ok(());
         };
@@ -805,6 +820,103 @@ fn diff(
         .collect()
 }
 
+/// The `writeOutputsToConfigMap` of edit `n`: none; every output not sensitive; one renamed;
+/// the sensitive `token` (which must be refused).
+fn config_map_target(object: &str, n: u8) -> Option<tfops_core::api::WriteOutputsToConfigMap> {
+    let target = match n {
+        0 => return None,
+        1 => json!({"name": format!("{object}-values")}),
+        2 => json!({"name": format!("{object}-cfg"), "outputs": ["resource_count:count"]}),
+        _ => json!({"name": format!("{object}-values"), "outputs": ["resource_count", "token"]}),
+    };
+    Some(serde_json::from_value(target).unwrap())
+}
+
+/// The outputs ConfigMap, judged by a model of what it must hold (the fake Terraform's
+/// outputs: `resource_count`, the number of resources in the state, and the sensitive
+/// `token`): no ConfigMap ever holds a sensitive output; an Outputs step that selects the
+/// token fails, naming it; one that succeeds leaves exactly the selection of the outputs the
+/// spec asks for, as text, recorded in status, and the ConfigMap recorded before gone when
+/// the name changed; a deleted object leaves neither the ConfigMap it asked for nor the one it
+/// recorded.
+fn check_outputs_config_map(
+    w: &FakeWorld,
+    key: &ObjectKey,
+    before: &TerraformObject,
+    report: Option<&RunReport>,
+) -> Result<(), TestCaseError> {
+    let maps = w.lock().output_config_maps.clone();
+    for ((_, name), data) in &maps {
+        prop_assert!(
+            !data.contains_key("token") && data.values().all(|v| !v.contains("s3cr3t")),
+            "ConfigMap {name} holds a sensitive output: {data:?}"
+        );
+    }
+    let at = |name: &str| maps.get(&(key.namespace.clone(), name.to_string()));
+    let Some(after) = w.object(key) else {
+        if before.metadata.deletion_timestamp.is_some() {
+            let asked = before.spec.write_outputs_to_config_map.as_ref();
+            for name in asked
+                .map(|t| t.name.clone())
+                .into_iter()
+                .chain(before.status.outputs_config_map.clone())
+            {
+                prop_assert!(at(&name).is_none(), "{name} left after deletion");
+            }
+        }
+        return Ok(());
+    };
+    let target = before.spec.write_outputs_to_config_map.as_ref();
+    let outputs_steps = report
+        .map(|r| r.records.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.step == StepKind::Outputs);
+    let mut read = false;
+    for record in outputs_steps {
+        if target.is_some_and(|t| t.outputs.iter().any(|o| o == "token")) {
+            let failure = record.result.as_ref().err();
+            prop_assert!(
+                failure.is_some_and(|f| f
+                    .message
+                    .contains(r#"output "token" is marked sensitive"#)
+                    || f.message.contains("injected")),
+                "the sensitive token was not refused: {:?}",
+                record.result
+            );
+        }
+        read |= record.result.is_ok();
+    }
+    if !read {
+        return Ok(());
+    }
+    let count = w
+        .lock()
+        .infra
+        .get(key)
+        .map_or(0, |i| i.state.len())
+        .to_string();
+    if let Some(t) = target {
+        let key = if t.outputs.is_empty() {
+            "resource_count"
+        } else {
+            "count"
+        };
+        let expected = [(key.to_string(), count)].into();
+        prop_assert_eq!(at(&t.name), Some(&expected), "ConfigMap {}", t.name);
+    }
+    prop_assert_eq!(
+        after.status.outputs_config_map.as_deref(),
+        target.map(|t| t.name.as_str())
+    );
+    if let Some(old) = before.status.outputs_config_map.as_deref()
+        && target.is_none_or(|t| t.name != old)
+    {
+        prop_assert!(at(old).is_none(), "{old} left after it was replaced");
+    }
+    Ok(())
+}
+
 fn sha(object: usize, revision: u8) -> String {
     format!("{object}{revision}").repeat(20)
 }
@@ -932,6 +1044,45 @@ proptest! {
                 s.tfstate.delete_on_destroy = true;
             });
         }
+        for a in &actions {
+            model.apply(a, &rt)?;
+        }
+        check_deletion_terminates(&mut model, &rt)?;
+    }
+}
+
+/// The outputs ConfigMap, often: histories of reconciles, changes of
+/// `writeOutputsToConfigMap` (none, all not sensitive, one renamed, the sensitive token),
+/// faults around the outputs, new revisions, time and deletions. The invariants of
+/// `check_outputs_config_map` hold after every reconcile, and deletion still terminates.
+fn outputs_action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        8 => (0usize..2).prop_map(Action::Reconcile),
+        4 => (0usize..2, 0u8..4).prop_map(|(o, n)| Action::Edit(o, Edit::OutputsConfigMap(n))),
+        1 => (0usize..2).prop_map(|o| Action::Edit(o, Edit::ApproveAuto)),
+        1 => (0usize..2, 0u8..4).prop_map(|(o, r)| Action::NewRevision(o, r)),
+        2 => proptest::sample::select(&[
+            FakeOp::Output,
+            FakeOp::Inventory,
+            FakeOp::WriteOutputs,
+            FakeOp::WriteConfigMap,
+            FakeOp::DeleteConfigMap,
+        ][..]).prop_map(Action::Fail),
+        2 => proptest::sample::select(&[20u64, 660, 7200][..]).prop_map(Action::Advance),
+        1 => (0usize..2).prop_map(Action::Delete),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, max_shrink_iters: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn outputs_config_maps_hold_no_secret_and_leave_nothing_behind(
+        actions in proptest::collection::vec(outputs_action(), 1..40),
+        runner_writes in any::<bool>(),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let mut model = Model::new(runner_writes);
         for a in &actions {
             model.apply(a, &rt)?;
         }

@@ -1,6 +1,7 @@
 //! A runner given stores writes the object's plan and outputs itself (what a runner Pod does
 //! with its own identity): the plan file, `show` and `show -json` go to the plan store, the
-//! outputs to the outputs Secret, and only the outputs the controller asks for come back.
+//! outputs to the outputs Secret (and those not sensitive to the outputs ConfigMap, as text),
+//! and only the outputs the controller asks for come back.
 //! A runner without stores refuses those commands and says why.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -42,7 +43,10 @@ impl Stores for WorldStores {
 
 fn setup_request(tree: &std::path::Path, binary: Binary) -> SetupRequest {
     std::fs::create_dir(tree.join("infra")).unwrap();
-    write_config(&tree.join("infra"), "");
+    write_config(
+        &tree.join("infra"),
+        r#"output "shape" { value = { n = var.size, tags = ["x"] } }"#,
+    );
     let mut object = object_run_by("infra", binary);
     object.metadata.uid = "uid-123".into();
     SetupRequest {
@@ -106,8 +110,8 @@ async fn plans_and_outputs_are_written_by_the_runner_and_only_revealed_values_re
     let got = s
         .write_outputs(&OutputsRequest {
             target: Some(target),
-            remove: None,
             reveal: vec!["a".into()],
+            ..OutputsRequest::default()
         })
         .await
         .unwrap();
@@ -129,7 +133,7 @@ async fn plans_and_outputs_are_written_by_the_runner_and_only_revealed_values_re
     s.write_outputs(&OutputsRequest {
         target: Some(renamed),
         remove: Some("vpc-outputs".into()),
-        reveal: vec![],
+        ..OutputsRequest::default()
     })
     .await
     .unwrap();
@@ -140,6 +144,7 @@ async fn plans_and_outputs_are_written_by_the_runner_and_only_revealed_values_re
         .map(|(_, n)| n.clone())
         .collect();
     assert_eq!(names, ["vpc-out"]);
+    config_map_outputs(&mut s, &world).await;
     s.delete_plan("default").await.unwrap();
     assert!(world.lock().plans.is_empty());
     // On a deletion that destroys: the outputs Secret and, when asked, the state go through
@@ -152,6 +157,64 @@ async fn plans_and_outputs_are_written_by_the_runner_and_only_revealed_values_re
         [(key.clone(), "default".to_string(), "vpc".to_string())]
     );
     s.cleanup().await.unwrap();
+}
+
+/// The outputs ConfigMap through a writing runner: what is not sensitive, as text; a selected
+/// sensitive output refused by name before anything is written; a renamed one removed.
+async fn config_map_outputs(s: &mut impl RunnerSession, world: &FakeWorld) {
+    let maps = |w: &FakeWorld| w.lock().output_config_maps.clone();
+    fn target<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Option<T> {
+        Some(serde_json::from_value(v).unwrap())
+    }
+    s.write_outputs(&OutputsRequest {
+        config_map: target(serde_json::json!({"name": "vpc-values"})),
+        ..OutputsRequest::default()
+    })
+    .await
+    .unwrap();
+    let values = maps(world)[&("team-a".into(), "vpc-values".into())].clone();
+    let keys: Vec<&str> = values.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["a", "color", "shape", "upstream_color"], "no secret");
+    assert_eq!(values["a"], "a-3", "a string as it is");
+    assert_eq!(values["shape"], r#"{"n":3,"tags":["x"]}"#, "JSON as text");
+
+    let before = (maps(world), world.lock().output_secrets.clone());
+    let refused = s
+        .write_outputs(&OutputsRequest {
+            target: target(serde_json::json!({"name": "other-outputs"})),
+            config_map: target(
+                serde_json::json!({"name": "vpc-values", "outputs": ["a", "secret:pw"]}),
+            ),
+            ..OutputsRequest::default()
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(r#"output "secret" is marked sensitive"#)
+            && refused.contains("writeOutputsToSecret"),
+        "{refused}"
+    );
+    assert_eq!(
+        (maps(world), world.lock().output_secrets.clone()),
+        before,
+        "nothing written"
+    );
+
+    s.write_outputs(&OutputsRequest {
+        config_map: target(serde_json::json!({"name": "vpc-cfg", "outputs": ["color:colour"]})),
+        remove_config_map: Some("vpc-values".into()),
+        ..OutputsRequest::default()
+    })
+    .await
+    .unwrap();
+    let expected = [(
+        ("team-a".to_string(), "vpc-cfg".to_string()),
+        [("colour".to_string(), "blue".to_string())].into(),
+    )];
+    assert_eq!(maps(world), expected.into());
+    s.delete_outputs_config_map("vpc-cfg").await.unwrap();
+    assert!(maps(world).is_empty());
 }
 
 #[tokio::test]

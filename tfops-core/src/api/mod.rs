@@ -14,12 +14,12 @@ mod state;
 mod status;
 mod validate;
 mod vars;
-mod windows;
 
+pub use crate::windows::{ApplyWindow, WindowKind};
 pub use meta::{ObjectKey, ObjectMeta, TerraformObject};
 pub use outputs::{
-    HealthCheck, HealthCheckType, TemplateError, WriteOutputsToSecret, render_template,
-    template_references,
+    HealthCheck, HealthCheckType, TemplateError, WriteOutputsToConfigMap, WriteOutputsToSecret,
+    render_template, template_references,
 };
 pub use runner::{
     ApplyPodTemplate, ApplyPodTemplateSpec, ApplyRunnerSpec, Binary, EnvVar, KubeValue,
@@ -35,7 +35,6 @@ pub use validate::{SpecProblem, ValidSpec, ValidationErrors, validate};
 pub use vars::{
     FileLocation, FileMapping, KeyRef, SecretKeyRef, ValueFrom, Variable, VarsFrom, VarsFromKind,
 };
-pub use windows::{ApplyWindow, WindowKind};
 
 /// The API group of the `Terraform` kind.
 pub const GROUP: &str = "infra.argocd.io";

@@ -24,19 +24,56 @@ impl WriteOutputsToSecret {
     /// The selected outputs as (Terraform output name, Secret key), or `None` for "all, under
     /// their own names".
     pub fn selection(&self) -> Option<Vec<(String, String)>> {
-        if self.outputs.is_empty() {
-            return None;
-        }
-        Some(
-            self.outputs
-                .iter()
-                .map(|o| match o.split_once(':') {
-                    Some((tf, key)) => (tf.to_string(), key.to_string()),
-                    None => (o.clone(), o.clone()),
-                })
-                .collect(),
-        )
+        selection(&self.outputs)
     }
+}
+
+/// Write the outputs Terraform does not mark sensitive to a ConfigMap in the object's
+/// namespace, for what reads ConfigMaps (Helm values, Kustomize replacements, Argo CD
+/// ApplicationSets). Each value is text: a string output as it is, any other value as compact
+/// JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WriteOutputsToConfigMap {
+    /// The ConfigMap's name.
+    pub name: String,
+    /// Labels on the ConfigMap.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations on the ConfigMap.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// The outputs to write, each `tf_name` or `tf_name:key` to rename it (a key is made of
+    /// `-._a-zA-Z0-9`). Default: every output Terraform does not mark sensitive; naming a
+    /// sensitive output here fails the run (`OutputsWritingFailed`, naming it): write it with
+    /// `writeOutputsToSecret`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
+}
+
+impl WriteOutputsToConfigMap {
+    /// The selected outputs as (Terraform output name, ConfigMap key), or `None` for "all
+    /// that are not sensitive, under their own names".
+    pub fn selection(&self) -> Option<Vec<(String, String)>> {
+        selection(&self.outputs)
+    }
+}
+
+/// `outputs` entries (`tf_name` or `tf_name:key`) as (Terraform output name, key); `None` when
+/// there are none (all outputs).
+fn selection(outputs: &[String]) -> Option<Vec<(String, String)>> {
+    if outputs.is_empty() {
+        return None;
+    }
+    Some(
+        outputs
+            .iter()
+            .map(|o| match o.split_once(':') {
+                Some((tf, key)) => (tf.to_string(), key.to_string()),
+                None => (o.clone(), o.clone()),
+            })
+            .collect(),
+    )
 }
 
 /// A check run after apply. `address` and `url` may use `{{.output_name}}` to refer to

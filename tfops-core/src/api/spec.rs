@@ -3,7 +3,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     BackendConfig, FileMapping, HealthCheck, RunnerSpec, SecretKeyRef, SourceRef, TfstateSpec,
-    Variable, VarsFrom, WriteOutputsToSecret,
+    Variable, VarsFrom, WriteOutputsToConfigMap, WriteOutputsToSecret,
 };
 
 /// The desired state of a `Terraform` object: which configuration to run, with what inputs,
@@ -89,6 +89,10 @@ pub struct TerraformSpec {
     /// Write outputs to a Secret in the object's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_outputs_to_secret: Option<WriteOutputsToSecret>,
+    /// Write the outputs Terraform does not mark sensitive to a ConfigMap in the object's
+    /// namespace (sensitive ones belong in `writeOutputsToSecret`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_outputs_to_config_map: Option<WriteOutputsToConfigMap>,
     /// Other `Terraform` objects that must be Ready (at their current generation) before this
     /// one runs, and that cannot be deleted while this one exists.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

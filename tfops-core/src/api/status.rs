@@ -68,6 +68,10 @@ pub struct TerraformStatus {
     /// `spec.writeOutputsToSecret` (and deletion) removes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs_secret: Option<String>,
+    /// The outputs ConfigMap last written, so that renaming or removing
+    /// `spec.writeOutputsToConfigMap` (and deletion) removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs_config_map: Option<String>,
     /// The names of the outputs after the last apply (values are never put in status).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub available_outputs: Vec<String>,

@@ -401,6 +401,33 @@ fn check_vars(c: &mut Checker, spec: &TerraformSpec) {
     }
 }
 
+/// `spec.writeOutputsToConfigMap`: a ConfigMap name, and each selected output under a valid,
+/// distinct key (whether an output is sensitive is only known when Terraform reads it).
+fn check_config_map_target(c: &mut Checker, w: &super::WriteOutputsToConfigMap) {
+    if !naming::is_subdomain(&w.name) {
+        c.problem(
+            "spec.writeOutputsToConfigMap.name",
+            "must be a ConfigMap name (lowercase DNS subdomain)",
+        );
+    }
+    let mut keys: Vec<&str> = Vec::new();
+    for (i, o) in w.outputs.iter().enumerate() {
+        let field = format!("spec.writeOutputsToConfigMap.outputs[{i}]");
+        let (tf, key) = o.split_once(':').unwrap_or((o, o));
+        if tf.is_empty() || key.is_empty() {
+            c.problem(&field, "write `output` or `output:key`");
+        } else if !naming::is_config_map_key(key) {
+            c.problem(
+                &field,
+                format!("{key:?} is not a ConfigMap key (letters, digits, `-`, `_` and `.`)"),
+            );
+        } else if keys.contains(&key) {
+            c.problem(&field, format!("key {key:?} is given twice"));
+        }
+        keys.push(key);
+    }
+}
+
 fn check_outputs_and_dependencies(c: &mut Checker, object: &TerraformObject) {
     let spec = &object.spec;
     if let Some(w) = &spec.write_outputs_to_secret {
@@ -419,6 +446,9 @@ fn check_outputs_and_dependencies(c: &mut Checker, object: &TerraformObject) {
                 );
             }
         }
+    }
+    if let Some(w) = &spec.write_outputs_to_config_map {
+        check_config_map_target(c, w);
     }
     let me = object.key();
     for (i, d) in spec.depends_on.iter().enumerate() {

@@ -21,7 +21,10 @@ pub use runner::{
     RunnerPort, RunnerSession, SetupRequest, ShownPlan,
 };
 pub use source::{Artifact, Revision, SourcePort};
-pub use stores::{OutputsSink, PlanStore, StateAdmin, StoredPlan, select_outputs};
+pub use stores::{
+    ConfigMapData, OutputsSink, PlanStore, SensitiveOutputs, StateAdmin, StoredPlan, output_text,
+    select_outputs, write_outputs,
+};
 
 use std::sync::Arc;
 

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::api::{InventoryEntry, RunnerRole, TerraformObject, WriteOutputsToSecret};
+use crate::api::{
+    InventoryEntry, RunnerRole, TerraformObject, WriteOutputsToConfigMap, WriteOutputsToSecret,
+};
 
 use super::PortError;
 use super::inputs::ResolvedInputs;
@@ -170,13 +172,19 @@ pub struct PlanToStore {
     pub is_drift: bool,
 }
 
-/// What a runner that writes outputs itself is asked to do after an apply.
+/// Where the outputs go after an apply ([`super::write_outputs`]), as a runner that writes
+/// outputs itself is asked to write them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct OutputsRequest {
     /// Where to write the outputs (`spec.writeOutputsToSecret`), if anywhere.
     pub target: Option<WriteOutputsToSecret>,
     /// An outputs Secret written under another name before, to remove.
     pub remove: Option<String>,
+    /// The ConfigMap of the outputs not marked sensitive (`spec.writeOutputsToConfigMap`), if
+    /// any.
+    pub config_map: Option<WriteOutputsToConfigMap>,
+    /// An outputs ConfigMap written under another name before, to remove.
+    pub remove_config_map: Option<String>,
     /// The outputs whose values the caller needs (health check targets); every other value
     /// stays in the runner and comes back as `null`.
     pub reveal: Vec<String>,
@@ -260,6 +268,15 @@ pub trait RunnerSession: Send {
 
     /// Removes the outputs Secret `name` written for the object; succeeds when there is none.
     async fn delete_outputs(&mut self, name: &str) -> Result<(), PortError> {
+        let _ = name;
+        Err(PortError::Invalid(
+            "this runner does not write outputs".into(),
+        ))
+    }
+
+    /// Removes the outputs ConfigMap `name` written for the object; succeeds when there is
+    /// none.
+    async fn delete_outputs_config_map(&mut self, name: &str) -> Result<(), PortError> {
         let _ = name;
         Err(PortError::Invalid(
             "this runner does not write outputs".into(),

@@ -201,8 +201,8 @@ fn started(run: &mut Run<'_>) {
     );
 }
 
-/// Every plan and outputs Secret this object has, by the names in its spec and the names it
-/// was written under.
+/// Every plan and outputs Secret and ConfigMap this object has, by the names in its spec and
+/// the names it was written under.
 fn delete_plans_and_outputs(run: &Run<'_>, writer: Writer) -> Step {
     let (spec, status) = (&run.s.object.spec, run.start());
     let mut workspaces = vec![spec.workspace.clone()];
@@ -215,9 +215,17 @@ fn delete_plans_and_outputs(run: &Run<'_>, writer: Writer) -> Step {
         .collect();
     secrets.extend(status.outputs_secret.clone());
     secrets.dedup();
+    let mut config_maps: Vec<String> = spec
+        .write_outputs_to_config_map
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    config_maps.extend(status.outputs_config_map.clone());
+    config_maps.dedup();
     Step::DeletePlansAndOutputs {
         writer,
         workspaces,
         secrets,
+        config_maps,
     }
 }

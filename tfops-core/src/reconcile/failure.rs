@@ -129,7 +129,7 @@ impl SubStep {
             SubStep::Apply => "apply",
             SubStep::Output => "output",
             SubStep::Inventory => "reading the state inventory",
-            SubStep::WriteOutputs => "writing the outputs Secret",
+            SubStep::WriteOutputs => "writing outputs",
             SubStep::Health => "health check",
             SubStep::Cleanup => "cleaning up the runner",
             SubStep::Delete => "deleting",

@@ -117,7 +117,7 @@ pub enum Step {
         /// Its run id.
         run_id: String,
     },
-    /// Read outputs and inventory; write the outputs Secret if asked.
+    /// Read outputs and inventory; write the outputs Secret and ConfigMap if asked.
     Outputs(OutputsStep),
     /// Run the health checks (`spec.healthChecks`, targets rendered from the outputs).
     HealthChecks {
@@ -126,7 +126,7 @@ pub enum Step {
     },
     /// End the runner session (delete the Pod unless it is kept).
     Cleanup,
-    /// Delete the stored plans and the outputs Secrets.
+    /// Delete the stored plans and the outputs Secrets and ConfigMaps.
     DeletePlansAndOutputs {
         /// Who removes them.
         writer: Writer,
@@ -134,6 +134,8 @@ pub enum Step {
         workspaces: Vec<String>,
         /// The outputs Secrets' names.
         secrets: Vec<String>,
+        /// The outputs ConfigMaps' names.
+        config_maps: Vec<String>,
     },
     /// Delete the state (only with `tfstate.deleteOnDestroy`, after a successful destroy).
     DeleteState {
@@ -183,16 +185,33 @@ pub struct PlanStep {
 /// Reading outputs and inventory ([`Step::Outputs`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputsStep {
-    /// Who writes the outputs Secret.
+    /// Who writes the outputs Secret and ConfigMap.
     pub writer: Writer,
     /// The outputs Secret to write (`spec.writeOutputsToSecret`).
     pub secret: Option<crate::api::WriteOutputsToSecret>,
     /// An outputs Secret written before under another name (renamed or no longer asked
     /// for): removed.
     pub remove: Option<String>,
+    /// The outputs ConfigMap to write (`spec.writeOutputsToConfigMap`).
+    pub config_map: Option<crate::api::WriteOutputsToConfigMap>,
+    /// An outputs ConfigMap written before under another name: removed.
+    pub remove_config_map: Option<String>,
     /// The outputs whose values the driver needs back from a runner that writes (those the
     /// health checks read); a runner keeps the others.
     pub reveal: Vec<String>,
+}
+
+impl OutputsStep {
+    /// What to write and remove, as the outputs port and a writing runner take it.
+    pub fn request(&self) -> crate::ports::OutputsRequest {
+        crate::ports::OutputsRequest {
+            target: self.secret.clone(),
+            remove: self.remove.clone(),
+            config_map: self.config_map.clone(),
+            remove_config_map: self.remove_config_map.clone(),
+            reveal: self.reveal.clone(),
+        }
+    }
 }
 
 impl Step {
@@ -331,6 +350,8 @@ pub enum Outcome {
         inventory: Vec<InventoryEntry>,
         /// Whether the outputs Secret was written.
         written: bool,
+        /// Whether the outputs ConfigMap was written.
+        config_map_written: bool,
     },
     /// Every health check passed.
     HealthChecked,

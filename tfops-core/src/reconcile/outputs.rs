@@ -4,6 +4,10 @@
 //! > Outputs, inventory, health checks. Outputs are written to spec.writeOutputsToSecret, the
 //! > list of managed resources is recorded in status.inventory, and spec.healthChecks run
 //! > against the outputs.
+//!
+//! The outputs Terraform does not mark sensitive can also go to a ConfigMap
+//! (spec.writeOutputsToConfigMap); one that selects a sensitive output fails the step, and
+//! nothing is written.
 
 use std::time::Duration;
 
@@ -15,8 +19,8 @@ use crate::conditions::{ConditionStatus, ConditionType, Reason};
 /// A health check's timeout when its spec gives none (validation gives every check one).
 const DEFAULT_HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Reads the outputs and the inventory (writing the outputs Secret, removing one written
-/// under another name before), then runs the health checks.
+/// Reads the outputs and the inventory (writing the outputs Secret and ConfigMap, removing
+/// those written under other names before), then runs the health checks.
 pub(super) fn outputs(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> {
     let step = Step::Outputs(outputs_step(run));
     if let (
@@ -24,21 +28,42 @@ pub(super) fn outputs(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
             names,
             inventory,
             written,
+            config_map_written,
         },
         _,
     ) = run.need_phase(step, ConditionType::Output)?
     {
         run.st.available_outputs = names.clone();
         run.st.inventory = inventory.clone();
-        let secret = run.s.object.spec.write_outputs_to_secret.as_ref();
-        let (stored, message) = match (secret, written) {
-            (Some(w), true) => (
-                Some(w.name.clone()),
-                format!("{} outputs, written to Secret {}", names.len(), w.name),
-            ),
-            _ => (None, format!("{} outputs available", names.len())),
+        let spec = &run.s.object.spec;
+        let secret = spec
+            .write_outputs_to_secret
+            .as_ref()
+            .filter(|_| *written)
+            .map(|w| w.name.clone());
+        let config_map = spec
+            .write_outputs_to_config_map
+            .as_ref()
+            .filter(|_| *config_map_written)
+            .map(|w| w.name.clone());
+        let places: Vec<String> = [
+            secret.as_ref().map(|n| format!("Secret {n}")),
+            config_map.as_ref().map(|n| format!("ConfigMap {n}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let message = if places.is_empty() {
+            format!("{} outputs available", names.len())
+        } else {
+            format!(
+                "{} outputs, written to {}",
+                names.len(),
+                places.join(" and ")
+            )
         };
-        run.st.outputs_secret = stored;
+        run.st.outputs_secret = secret;
+        run.st.outputs_config_map = config_map;
         run.set(
             ConditionType::Output,
             ConditionStatus::True,
@@ -49,19 +74,27 @@ pub(super) fn outputs(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
     health_checks(run, valid)
 }
 
-/// Who writes the outputs Secret, which one, the one it replaces, and what the health checks
-/// need back.
+/// Who writes the outputs Secret and ConfigMap, which ones, the ones they replace, and what
+/// the health checks need back.
 fn outputs_step(run: &Run<'_>) -> OutputsStep {
-    let secret = run.s.object.spec.write_outputs_to_secret.clone();
-    let remove = run
-        .start()
+    let spec = &run.s.object.spec;
+    let start = run.start();
+    let secret = spec.write_outputs_to_secret.clone();
+    let remove = start
         .outputs_secret
         .clone()
         .filter(|old| secret.as_ref().is_none_or(|t| t.name != *old));
+    let config_map = spec.write_outputs_to_config_map.clone();
+    let remove_config_map = start
+        .outputs_config_map
+        .clone()
+        .filter(|old| config_map.as_ref().is_none_or(|t| t.name != *old));
     OutputsStep {
         writer: run.writer(),
         secret,
         remove,
+        config_map,
+        remove_config_map,
         reveal: health_check_references(&run.s.object),
     }
 }

@@ -63,6 +63,8 @@ pub enum FakeOp {
     DeletePlan,
     WriteOutputs,
     DeleteOutputs,
+    WriteConfigMap,
+    DeleteConfigMap,
     DeleteState,
     Health,
     WriteStatus,
@@ -113,6 +115,8 @@ pub struct WorldState {
     pub plans: BTreeMap<(ObjectKey, String), StoredPlan>,
     /// Outputs Secrets: (namespace, name) → key → JSON value.
     pub output_secrets: BTreeMap<(String, String), BTreeMap<String, serde_json::Value>>,
+    /// Outputs ConfigMaps: (namespace, name) → key → text.
+    pub output_config_maps: BTreeMap<(String, String), BTreeMap<String, String>>,
     /// States deleted through the state admin port: (object, workspace, suffix).
     pub deleted_states: Vec<(ObjectKey, String, String)>,
     /// Emitted events.

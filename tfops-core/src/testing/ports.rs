@@ -8,12 +8,12 @@ use async_trait::async_trait;
 use super::{Crash, FakeOp, FakeSession, FakeWorld, add};
 use crate::api::{
     FINALIZER, ObjectKey, RunnerRole, SourceRef, TerraformObject, TerraformStatus, VarsFromKind,
-    WriteOutputsToSecret,
+    WriteOutputsToConfigMap, WriteOutputsToSecret,
 };
 use crate::ports::{
-    Artifact, Clock, Event, EventSink, HealthChecker, InputsPort, ObjectWriter, OutputValue,
-    OutputsSink, PlanStore, PortError, ResolvedHealthCheck, ResolvedInputs, Revision, RunnerPort,
-    RunnerSession, SourcePort, StateAdmin, StoredPlan,
+    Artifact, Clock, ConfigMapData, Event, EventSink, HealthChecker, InputsPort, ObjectWriter,
+    OutputValue, OutputsSink, PlanStore, PortError, ResolvedHealthCheck, ResolvedInputs, Revision,
+    RunnerPort, RunnerSession, SourcePort, StateAdmin, StoredPlan,
 };
 
 #[async_trait]
@@ -194,6 +194,28 @@ impl OutputsSink for FakeWorld {
         self.check(FakeOp::DeleteOutputs)?;
         self.lock()
             .output_secrets
+            .remove(&(object.namespace.clone(), name.to_string()));
+        Ok(())
+    }
+
+    async fn write_config_map(
+        &self,
+        object: &ObjectKey,
+        target: &WriteOutputsToConfigMap,
+        data: &ConfigMapData,
+    ) -> Result<(), PortError> {
+        self.check(FakeOp::WriteConfigMap)?;
+        self.lock().output_config_maps.insert(
+            (object.namespace.clone(), target.name.clone()),
+            data.entries().clone(),
+        );
+        Ok(())
+    }
+
+    async fn delete_config_map(&self, object: &ObjectKey, name: &str) -> Result<(), PortError> {
+        self.check(FakeOp::DeleteConfigMap)?;
+        self.lock()
+            .output_config_maps
             .remove(&(object.namespace.clone(), name.to_string()));
         Ok(())
     }

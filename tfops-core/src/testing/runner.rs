@@ -357,6 +357,11 @@ impl RunnerSession for FakeSession {
         OutputsSink::delete(&self.world, &self.object, name).await
     }
 
+    async fn delete_outputs_config_map(&mut self, name: &str) -> Result<(), PortError> {
+        self.record(FakeOp::DeleteConfigMap);
+        OutputsSink::delete_config_map(&self.world, &self.object, name).await
+    }
+
     async fn delete_state(&mut self, workspace: &str, suffix: &str) -> Result<(), PortError> {
         self.record(FakeOp::DeleteState);
         StateAdmin::delete_state(&self.world, &self.object, workspace, suffix).await
@@ -367,12 +372,7 @@ impl RunnerSession for FakeSession {
         request: &OutputsRequest,
     ) -> Result<BTreeMap<String, OutputValue>, PortError> {
         let mut outputs = self.outputs().await?;
-        if let Some(target) = &request.target {
-            OutputsSink::write(&self.world, &self.object, target, &outputs).await?;
-        }
-        if let Some(old) = &request.remove {
-            OutputsSink::delete(&self.world, &self.object, old).await?;
-        }
+        crate::ports::write_outputs(&self.world, &self.object, request, &outputs).await?;
         for (name, value) in &mut outputs {
             if !request.reveal.contains(name) {
                 value.value = serde_json::Value::Null;

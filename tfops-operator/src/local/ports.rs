@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tfops_core::api::{
     FINALIZER, ObjectKey, SourceKind, SourceRef, TerraformObject, TerraformStatus, VarsFromKind,
-    WriteOutputsToSecret,
+    WriteOutputsToConfigMap, WriteOutputsToSecret,
 };
 use tfops_core::ports::{
-    Artifact, Event, EventSink, EventType, HealthChecker, InputsPort, ObjectWriter, OutputValue,
-    OutputsSink, PlanStore, PortError, ResolvedHealthCheck, ResolvedInputs, Revision, SourcePort,
-    StateAdmin, StoredPlan,
+    Artifact, ConfigMapData, Event, EventSink, EventType, HealthChecker, InputsPort, ObjectWriter,
+    OutputValue, OutputsSink, PlanStore, PortError, ResolvedHealthCheck, ResolvedInputs, Revision,
+    SourcePort, StateAdmin, StoredPlan,
 };
 
 use super::output::Printer;
@@ -282,9 +282,40 @@ impl OutputsSink for LocalWorld {
         write_atomic(&self.dir.outputs_file(object), &bytes, true).map_err(store_err)
     }
 
-    async fn delete(&self, object: &ObjectKey, _: &str) -> Result<(), PortError> {
-        remove(&self.dir.outputs_file(object)).map_err(store_err)
+    async fn delete(&self, object: &ObjectKey, name: &str) -> Result<(), PortError> {
+        remove_named(&self.dir.outputs_file(object), name)
     }
+
+    async fn write_config_map(
+        &self,
+        object: &ObjectKey,
+        target: &WriteOutputsToConfigMap,
+        data: &ConfigMapData,
+    ) -> Result<(), PortError> {
+        let doc = serde_json::json!({"name": target.name, "labels": target.labels, "annotations": target.annotations, "data": data.entries()});
+        let bytes =
+            serde_json::to_vec_pretty(&doc).map_err(|e| PortError::Invalid(e.to_string()))?;
+        let path = self.dir.outputs_config_map_file(object);
+        write_atomic(&path, &bytes, false).map_err(store_err)
+    }
+
+    async fn delete_config_map(&self, object: &ObjectKey, name: &str) -> Result<(), PortError> {
+        remove_named(&self.dir.outputs_config_map_file(object), name)
+    }
+}
+
+/// Removes the outputs file at `path` when it holds what was written as `name` (one file
+/// stands for the object's outputs Secret or ConfigMap, so the one just written under a new
+/// name must stay when the old name is removed); a file that cannot be read goes too.
+fn remove_named(path: &std::path::Path, name: &str) -> Result<(), PortError> {
+    let written = std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|doc| doc["name"].as_str().map(str::to_string));
+    if written.is_some_and(|n| n != name) {
+        return Ok(());
+    }
+    remove(path).map_err(store_err)
 }
 
 #[async_trait]

@@ -7,6 +7,7 @@
 //!                                        names its own backend
 //! objects/<ns>/<name>/plan/              the pending plan: chunks, index.json last; readable.txt
 //! objects/<ns>/<name>/outputs.json       writeOutputsToSecret (mode 0600)
+//! objects/<ns>/<name>/outputs-configmap.json  writeOutputsToConfigMap (no sensitive output)
 //! ```
 //!
 //! Every file is written to a temporary name and renamed, so a crash never leaves half a file.
@@ -259,6 +260,11 @@ impl StateDir {
         self.object_dir(key).join("outputs.json")
     }
 
+    /// The outputs ConfigMap file of an object (`spec.writeOutputsToConfigMap`).
+    pub fn outputs_config_map_file(&self, key: &ObjectKey) -> PathBuf {
+        self.object_dir(key).join("outputs-configmap.json")
+    }
+
     /// What was kept of an object, if anything.
     ///
     /// # Errors
@@ -301,6 +307,7 @@ impl StateDir {
         for path in [
             dir.join("object.json"),
             dir.join("outputs.json"),
+            dir.join("outputs-configmap.json"),
             self.plan_dir(key),
         ] {
             remove(&path)?;

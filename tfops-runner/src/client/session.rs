@@ -48,6 +48,13 @@ fn port_error(e: ClientError) -> PortError {
     }
 }
 
+/// A write target as the runner takes it: JSON, or empty for none.
+fn json_or_empty<T: serde::Serialize>(target: Option<&T>) -> Result<String, PortError> {
+    target.map_or(Ok(String::new()), |t| {
+        serde_json::to_string(t).map_err(|e| PortError::Invalid(e.to_string()))
+    })
+}
+
 fn result_error(r: &proto::RunResult) -> Option<PortError> {
     match proto::run_result::Status::try_from(r.status).unwrap_or(proto::run_result::Status::Failed)
     {
@@ -400,6 +407,16 @@ impl RunnerSession for Session {
     async fn delete_outputs(&mut self, name: &str) -> Result<(), PortError> {
         self.command(Command::DeleteOutputs(proto::DeleteOutputs {
             name: name.to_string(),
+            config_map: false,
+        }))
+        .await
+        .map(drop)
+    }
+
+    async fn delete_outputs_config_map(&mut self, name: &str) -> Result<(), PortError> {
+        self.command(Command::DeleteOutputs(proto::DeleteOutputs {
+            name: name.to_string(),
+            config_map: true,
         }))
         .await
         .map(drop)
@@ -418,15 +435,13 @@ impl RunnerSession for Session {
         &mut self,
         request: &OutputsRequest,
     ) -> Result<BTreeMap<String, OutputValue>, PortError> {
-        let target_json = match &request.target {
-            Some(t) => serde_json::to_string(t).map_err(|e| PortError::Invalid(e.to_string()))?,
-            None => String::new(),
-        };
         let result = self
             .command(Command::WriteOutputs(proto::WriteOutputs {
-                target_json,
+                target_json: json_or_empty(request.target.as_ref())?,
                 remove: request.remove.clone().unwrap_or_default(),
                 reveal: request.reveal.clone(),
+                config_map_json: json_or_empty(request.config_map.as_ref())?,
+                remove_config_map: request.remove_config_map.clone().unwrap_or_default(),
             }))
             .await?;
         match result.payload {

@@ -7,8 +7,7 @@ use super::context::{Context, Shown, lock};
 use super::results::{from_error, store_failure, stores_of, succeeded};
 use crate::proto::{self, run_request::Command, run_result::Payload};
 use crate::terraform::{Io, PlanKind, Terraform, TfError};
-use tfops_core::api::WriteOutputsToSecret;
-use tfops_core::ports::{OutputValue, ShownPlan, StoredPlan};
+use tfops_core::ports::{OutputValue, OutputsRequest, ShownPlan, StoredPlan};
 
 /// Runs one command. `context.shown` keeps the last plan's `show -json` and `show`, so that
 /// showing or storing that plan does not run them a second time.
@@ -118,11 +117,13 @@ async fn delete_plan(p: &proto::DeletePlan, context: &Context) -> Result<(), TfE
 
 async fn delete_outputs(d: &proto::DeleteOutputs, context: &Context) -> Result<(), TfError> {
     let (stores, object) = stores_of(context)?;
-    stores
-        .outputs(object)
-        .delete(&object.key, &d.name)
-        .await
-        .map_err(store_failure)
+    let sink = stores.outputs(object);
+    if d.config_map {
+        sink.delete_config_map(&object.key, &d.name).await
+    } else {
+        sink.delete(&object.key, &d.name).await
+    }
+    .map_err(store_failure)
 }
 
 async fn delete_state(d: &proto::DeleteState, context: &Context) -> Result<(), TfError> {
@@ -134,8 +135,8 @@ async fn delete_state(d: &proto::DeleteState, context: &Context) -> Result<(), T
         .map_err(store_failure)
 }
 
-/// Writes the outputs Secret (and removes a renamed one's); only the values the controller
-/// asked for (`reveal`) leave the runner.
+/// Writes the outputs Secret and ConfigMap (and removes renamed ones); only the values the
+/// controller asked for (`reveal`) leave the runner.
 async fn write_outputs(
     tf: &Terraform,
     w: &proto::WriteOutputs,
@@ -143,6 +144,13 @@ async fn write_outputs(
     context: &Context,
 ) -> Result<Payload, TfError> {
     let (stores, object) = stores_of(context)?;
+    let request = OutputsRequest {
+        target: target(&w.target_json, "writeOutputsToSecret")?,
+        remove: (!w.remove.is_empty()).then(|| w.remove.clone()),
+        config_map: target(&w.config_map_json, "writeOutputsToConfigMap")?,
+        remove_config_map: (!w.remove_config_map.is_empty()).then(|| w.remove_config_map.clone()),
+        reveal: w.reveal.clone(),
+    };
     let outputs: BTreeMap<String, OutputValue> = tf
         .outputs(io)
         .await?
@@ -150,21 +158,9 @@ async fn write_outputs(
         .map(|(k, (value, sensitive))| (k, OutputValue { value, sensitive }))
         .collect();
     let sink = stores.outputs(object);
-    if !w.target_json.is_empty() {
-        let target: WriteOutputsToSecret =
-            serde_json::from_str(&w.target_json).map_err(|e| TfError::Failed {
-                code: 1,
-                diagnostic: format!("writeOutputsToSecret: {e}"),
-            })?;
-        sink.write(&object.key, &target, &outputs)
-            .await
-            .map_err(store_failure)?;
-    }
-    if !w.remove.is_empty() {
-        sink.delete(&object.key, &w.remove)
-            .await
-            .map_err(store_failure)?;
-    }
+    tfops_core::ports::write_outputs(sink.as_ref(), &object.key, &request, &outputs)
+        .await
+        .map_err(store_failure)?;
     Ok(Payload::Output(proto::OutputOutcome {
         outputs: outputs
             .into_iter()
@@ -179,6 +175,19 @@ async fn write_outputs(
             })
             .collect(),
     }))
+}
+
+/// A write target sent as JSON (`field` of the spec), `None` when empty.
+fn target<T: serde::de::DeserializeOwned>(json: &str, field: &str) -> Result<Option<T>, TfError> {
+    if json.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_str(json)
+        .map(Some)
+        .map_err(|e| TfError::Failed {
+            code: 1,
+            diagnostic: format!("{field}: {e}"),
+        })
 }
 
 async fn outputs(tf: &Terraform, io: &Io) -> Result<Payload, TfError> {

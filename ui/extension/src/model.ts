@@ -32,6 +32,17 @@ export function identities(obj: any): { plannedBy: string; appliedBy: string } {
   return { plannedBy: s.lastPlannedBy || "", appliedBy: s.lastAppliedBy || "" };
 }
 
+/** Where the outputs were last written (`status.outputsSecret`, `status.outputsConfigMap`), as
+ * a sentence; empty when nowhere. */
+export function outputsWritten(obj: any): string {
+  const s = obj.status || {};
+  const places = [
+    s.outputsSecret ? `Secret ${s.outputsSecret}` : "",
+    s.outputsConfigMap ? `ConfigMap ${s.outputsConfigMap} (those not marked sensitive)` : "",
+  ].filter((p) => p !== "");
+  return places.length ? `Written to ${places.join(" and ")}.` : "";
+}
+
 /** The readable plan ConfigMaps: `tfplan-<workspace>-<name>-readable`, then `-readable-<i>`. */
 export function readableNames(obj: any, count: number): string[] {
   const workspace = (obj.status && obj.status.storedPlanWorkspace) || obj.spec.workspace || "default";

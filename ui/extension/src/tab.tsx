@@ -3,7 +3,7 @@
 // CD's API as the logged-in user.
 import { ApiError, Application, ResourceRef, getResource, runAction } from "./argocd";
 import { History } from "./history";
-import { Run, condition, conditions, identities, lock, pendingPlan, readableNames, runs } from "./model";
+import { Run, condition, conditions, identities, lock, outputsWritten, pendingPlan, readableNames, runs } from "./model";
 import { PlanView } from "./plan-view";
 import { ARGO, CELL, HEAD_CELL, TABLE, statusIcon } from "./style";
 import { ago, exact } from "./time";
@@ -128,6 +128,7 @@ export function TerraformTab(props: Props) {
   const ready = condition(obj, "Ready");
   const planCondition = condition(obj, "Plan");
   const outputs: string[] = (obj.status && obj.status.availableOutputs) || [];
+  const written = outputsWritten(obj);
   const who = identities(obj);
   const whoText = [who.plannedBy && `last planned by ${who.plannedBy}`, who.appliedBy && `last applied by ${who.appliedBy}`].filter(Boolean).join("; ");
   const error = (text: string) => h("p", { className: "tfops-error", role: "alert", style: { color: ARGO.failed } }, h("i", { className: "fa fa-exclamation-circle", style: { marginRight: 4 } }), text);
@@ -164,7 +165,12 @@ export function TerraformTab(props: Props) {
       plan.error ? error(`The readable plan could not be read: ${plan.error}`) : null,
       pending && plan.text ? h(PlanView, { text: plan.text }) : null,
     ),
-    h(Panel, { title: "Outputs" }, outputs.length ? h("ul", { className: "tfops-outputs" }, outputs.map((o) => h("li", { key: o }, o))) : h("p", null, "No outputs.")),
+    h(
+      Panel,
+      { title: "Outputs" },
+      outputs.length ? h("ul", { className: "tfops-outputs" }, outputs.map((o) => h("li", { key: o }, o))) : h("p", null, "No outputs."),
+      written ? h("p", { className: "tfops-outputs-written" }, written) : null,
+    ),
     h(Panel, { title: "Runs" }, history.error ? error(`The run history could not be read: ${history.error}`) : h(History, { runs: history.runs })),
   );
 }

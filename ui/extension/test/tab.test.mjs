@@ -70,6 +70,7 @@ for (const react of ["16", "19"]) {
     assert.equal(await page.textContent(".tfops-identities"), "Last planned by system:serviceaccount:team-a:tf-plan");
     assert.equal(await page.textContent(".tfops-plan-summary"), "Plan: 1 to add, 1 to change, 0 to destroy.");
     assert.deepEqual(await page.$$eval(".tfops-outputs li", (l) => l.map((e) => e.textContent)), ["vpc_id", "subnet_ids"]);
+    assert.equal(await page.$(".tfops-outputs-written"), null, "written nowhere, nothing said");
     await page.waitForSelector(".tfops-history tbody tr");
     assert.equal(await page.$$eval(".tfops-history tbody tr", (r) => r.length), 2);
     assert.equal(await page.isEnabled("button[data-action=force-unlock]"), false);
@@ -100,6 +101,10 @@ for (const react of ["16", "19"]) {
     assert.equal(await page.isEnabled("button[data-action=replan]"), true);
     assert.equal(await page.$(".tfops-plan"), null);
     assert.match(await page.textContent(".tfops-ready"), /True TerraformAppliedSucceed/);
+    assert.equal(
+      await page.textContent(".tfops-outputs-written"),
+      "Written to Secret vpc-outputs and ConfigMap vpc-values (those not marked sensitive).",
+    );
     assert.equal(
       await page.textContent(".tfops-identities"),
       "Last planned by system:serviceaccount:team-a:tf-plan; last applied by system:serviceaccount:team-a:tf-apply",

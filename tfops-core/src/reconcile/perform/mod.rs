@@ -88,8 +88,10 @@ impl Driver {
                 writer,
                 workspaces,
                 secrets,
+                config_maps,
             } => {
-                self.delete_plans_and_outputs(object, writer, &workspaces, &secrets, state)
+                let outputs = (secrets.as_slice(), config_maps.as_slice());
+                self.delete_plans_and_outputs(object, writer, &workspaces, outputs, state)
                     .await
             }
             Step::DeleteState {

@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 
 use super::{StepResult, fail, missing, session};
 use crate::api::{TerraformObject, render_template};
-use crate::ports::{OutputsRequest, PortError, ResolvedHealthCheck, RunnerSession};
+use crate::ports::{PortError, ResolvedHealthCheck, RunnerSession, write_outputs};
 use crate::reconcile::driver::{Driver, RunState};
 use crate::reconcile::failure::{SubStep, failure};
 use crate::reconcile::model::{Outcome, OutputsStep, StepKind, Writer};
 
 impl Driver {
-    /// Outputs and inventory; the outputs Secret written, and the one the step names as
-    /// replaced removed.
+    /// Outputs and inventory; the outputs Secret and ConfigMap written, and those the step
+    /// names as replaced removed.
     pub(super) async fn outputs(
         &self,
         object: &TerraformObject,
@@ -22,56 +22,38 @@ impl Driver {
         let kind = StepKind::Outputs;
         let key = object.key();
         let session = session(state, kind, SubStep::Output)?;
-        let written = step.secret.is_some();
-        let outputs = match step.writer {
+        let (written, config_map_written) = (step.secret.is_some(), step.config_map.is_some());
+        let request = step.request();
+        let inventory_failed = fail(kind, SubStep::Inventory);
+        let (outputs, inventory) = match step.writer {
+            // The runner writes them; only what health checks need comes back.
             Writer::Runner => {
-                // The runner writes the Secret; only what health checks need comes back.
-                let request = OutputsRequest {
-                    target: step.secret,
-                    remove: step.remove,
-                    reveal: step.reveal,
-                };
-                session
+                let outputs = session
                     .write_outputs(&request)
                     .await
-                    .map_err(fail(kind, SubStep::WriteOutputs))?
+                    .map_err(fail(kind, SubStep::WriteOutputs))?;
+                let inventory = session.inventory().await.map_err(inventory_failed)?;
+                (outputs, inventory)
             }
             Writer::Driver => {
                 let outputs = session
                     .outputs()
                     .await
                     .map_err(fail(kind, SubStep::Output))?;
-                let inventory = session
-                    .inventory()
+                let inventory = session.inventory().await.map_err(inventory_failed)?;
+                write_outputs(self.ports.outputs.as_ref(), &key, &request, &outputs)
                     .await
-                    .map_err(fail(kind, SubStep::Inventory))?;
-                let sink = &self.ports.outputs;
-                let write = fail(kind, SubStep::WriteOutputs);
-                if let Some(target) = &step.secret {
-                    sink.write(&key, target, &outputs).await.map_err(&write)?;
-                }
-                if let Some(old) = &step.remove {
-                    sink.delete(&key, old).await.map_err(&write)?;
-                }
-                let names = outputs.keys().cloned().collect();
-                state.outputs = outputs;
-                return Ok(Outcome::OutputsRead {
-                    names,
-                    inventory,
-                    written,
-                });
+                    .map_err(fail(kind, SubStep::WriteOutputs))?;
+                (outputs, inventory)
             }
         };
-        let inventory = session
-            .inventory()
-            .await
-            .map_err(fail(kind, SubStep::Inventory))?;
         let names = outputs.keys().cloned().collect();
         state.outputs = outputs;
         Ok(Outcome::OutputsRead {
             names,
             inventory,
             written,
+            config_map_written,
         })
     }
 
@@ -112,14 +94,14 @@ impl Driver {
         Ok(Outcome::HealthChecked)
     }
 
-    /// Cleanup on deletion: the plans stored under `workspaces` and the outputs Secrets named
-    /// `secrets`, through `writer`.
+    /// Cleanup on deletion: the plans stored under `workspaces` and the outputs Secrets and
+    /// ConfigMaps named in `outputs`, through `writer`.
     pub(super) async fn delete_plans_and_outputs(
         &self,
         object: &TerraformObject,
         writer: Writer,
         workspaces: &[String],
-        secrets: &[String],
+        (secrets, config_maps): (&[String], &[String]),
         state: &mut RunState,
     ) -> StepResult {
         let kind = StepKind::DeletePlansAndOutputs;
@@ -140,6 +122,13 @@ impl Driver {
             match runner.as_mut() {
                 Some(session) => session.delete_outputs(name).await,
                 None => self.ports.outputs.delete(&key, name).await,
+            }
+            .map_err(&fail)?;
+        }
+        for name in config_maps {
+            match runner.as_mut() {
+                Some(session) => session.delete_outputs_config_map(name).await,
+                None => self.ports.outputs.delete_config_map(&key, name).await,
             }
             .map_err(&fail)?;
         }
