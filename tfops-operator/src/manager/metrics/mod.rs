@@ -1,8 +1,8 @@
 //! The manager's Prometheus metrics (`prometheus-client`), fed by the controller after every
 //! reconcile: reconciles by result and their duration, runs by result, steps by kind and
 //! result, drift found, runner Pod start latency and lifetime; the gauges of each object as
-//! last seen ([`objects`]: by `Ready` reason, awaiting approval, drift, not Ready, the runner
-//! queue); runner Pods as the cluster has them ([`runner_pods`]); and by the Kubernetes
+//! last seen (`objects`: by `Ready` reason, awaiting approval, drift, not Ready, the runner
+//! queue); runner Pods as the cluster has them (`runner_pods`); and by the Kubernetes
 //! client's layer ([`super::api_client`]): API requests. Every metric is listed in
 //! `docs/metrics.md`.
 
