@@ -247,6 +247,8 @@ impl ContainerRun<'_> {
                 None => child.wait().await,
             };
             oom_watch.abort();
+            // Finished (or cancelled at a wait) before its verdict is read.
+            let _ = oom_watch.await;
             readiness.abort();
             let _ = readiness.await;
             let terminating = lock(&self.state.running)
@@ -318,8 +320,10 @@ async fn oom_group_kill(uid: String, name: String, before: u64, seen: Arc<Atomic
     loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
         if cgroup::under_oom(&uid) || cgroup::oom_kills(&uid) > before {
-            cgroup::kill_all(&uid);
+            // Noted before the kill: the task waiting for the container may read it as soon
+            // as the container's process dies.
             seen.store(true, Ordering::SeqCst);
+            cgroup::kill_all(&uid);
             let _ = tokio::task::spawn_blocking(move || podman::kill(&name, "KILL")).await;
             return;
         }

@@ -526,6 +526,8 @@ async fn start(context: Arc<Context>, state: Arc<State>, pod: Value) {
         };
         let status = child.wait().await;
         oom_group.abort();
+        // Finished (or cancelled at its sleep) before its verdict is read.
+        let _ = oom_group.await;
         // The container's first process is gone: so is the rest of the container.
         kill_group(pid);
         readiness.abort();
@@ -824,9 +826,11 @@ async fn oom_group_kill(uid: String, pid: i32, before: u64, seen: Arc<AtomicBool
     loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
         if super::cgroup::under_oom(&uid) || super::cgroup::oom_kills(&uid) > before {
+            // Noted before the kill: the task waiting for the container may read it as soon
+            // as the first process dies, before this task would get to a later line.
+            seen.store(true, Ordering::SeqCst);
             super::cgroup::kill_all(&uid);
             kill_group(pid);
-            seen.store(true, Ordering::SeqCst);
             return;
         }
     }
