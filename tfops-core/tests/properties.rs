@@ -46,7 +46,10 @@ enum Edit {
 enum Action {
     Reconcile(usize),
     Edit(usize, Edit),
-    NewRevision(usize, u8),
+    /// A new revision of object `.0`'s repository holding value `.1`; with `.2`, the source
+    /// says the commit changed only files outside the object's path (whatever the tree holds:
+    /// a source that is wrong must not make anything unapproved apply).
+    NewRevision(usize, u8, bool),
     /// (object, names the pending plan, with a fresh `@token`).
     ApproveByAnnotation(usize, bool, bool),
     /// Sets or removes the `infra.argocd.io/suspend` annotation.
@@ -130,7 +133,7 @@ fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
         12 => (0usize..2).prop_map(Action::Reconcile),
         4 => (obj.clone(), edit()).prop_map(|(o, e)| Action::Edit(o, e)),
-        1 => (obj.clone(), 0u8..4).prop_map(|(o, r)| Action::NewRevision(o, r)),
+        1 => (obj.clone(), 0u8..4, any::<bool>()).prop_map(|(o, r, f)| Action::NewRevision(o, r, f)),
         4 => (obj.clone(), proptest::bool::weighted(0.8), any::<bool>())
             .prop_map(|(o, right, token)| Action::ApproveByAnnotation(o, right, token)),
         1 => obj.clone().prop_map(Action::Replan),
@@ -174,9 +177,12 @@ impl Model {
         );
         let a = world.create(object(
             "net",
-            json!({"approvePlan": "auto", "vars": [{"name": "n", "value": 0}]}),
+            json!({"approvePlan": "auto", "path": "envs/net", "vars": [{"name": "n", "value": 0}]}),
         ));
-        let b = world.create(object("app", json!({"sourceRef": {"url": OTHER_REPO}})));
+        let b = world.create(object(
+            "app",
+            json!({"path": "envs/app", "sourceRef": {"url": OTHER_REPO}}),
+        ));
         Self {
             world,
             keys: [a, b],
@@ -293,8 +299,16 @@ impl Model {
                     self.approve_what_is_seen(i);
                 }
             }
-            Action::NewRevision(i, r) => {
+            Action::NewRevision(i, r, foreign) => {
                 let value = r.to_string();
+                let file = if foreign {
+                    "envs/elsewhere/main.tf".to_string()
+                } else {
+                    format!("envs/{}/main.tf", self.keys[i].name)
+                };
+                for from in 0..4 {
+                    w.changed_between(&sha(i, from), &sha(i, r), &[file.as_str()]);
+                }
                 let address = if i == 0 {
                     "terraform_data.a"
                 } else {
@@ -1060,7 +1074,7 @@ fn outputs_action() -> impl Strategy<Value = Action> {
         8 => (0usize..2).prop_map(Action::Reconcile),
         4 => (0usize..2, 0u8..4).prop_map(|(o, n)| Action::Edit(o, Edit::OutputsConfigMap(n))),
         1 => (0usize..2).prop_map(|o| Action::Edit(o, Edit::ApproveAuto)),
-        1 => (0usize..2, 0u8..4).prop_map(|(o, r)| Action::NewRevision(o, r)),
+        1 => (0usize..2, 0u8..4).prop_map(|(o, r)| Action::NewRevision(o, r, false)),
         2 => proptest::sample::select(&[
             FakeOp::Output,
             FakeOp::Inventory,

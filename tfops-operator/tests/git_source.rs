@@ -630,3 +630,63 @@ fn submodules_are_fetched_only_when_asked() {
         "# from the submodule\n"
     );
 }
+
+/// Monorepos: what two commits' trees differ in, read from the cache with no checkout, the
+/// earlier commit fetched when the cache lacks it (by id, or with the branches where `git
+/// daemon` refuses fetches by id).
+#[test]
+fn the_files_two_commits_differ_in_come_from_their_trees() {
+    let d = daemon();
+    let repo = d.repo("infra");
+    std::fs::create_dir_all(repo.join("envs/prod")).unwrap();
+    std::fs::create_dir_all(repo.join("envs/staging")).unwrap();
+    std::fs::write(repo.join("envs/prod/main.tf"), "# prod\n").unwrap();
+    let base = commit(&repo, "envs/staging/main.tf", "# staging\n");
+    let staging = commit(&repo, "envs/staging/main.tf", "# staging, changed\n");
+    git(&repo, &["mv", "envs/prod/main.tf", "envs/prod/network.tf"]);
+    git(&repo, &["commit", "-q", "-m", "rename"]);
+    let renamed = git(&repo, &["rev-parse", "HEAD"]);
+    let url = d.url("infra");
+    let main = reference(serde_json::json!({"branch": "main"}));
+    let creds = GitCredentials::default();
+
+    for warm in [false, true] {
+        let cache = tempfile::tempdir().unwrap();
+        let src = GitSource::new(cache.path());
+        let to = src.resolve(&url, &main, &creds).unwrap();
+        assert_eq!(to.sha, renamed);
+        if warm {
+            // The earlier commit is in the cache already, as after the run that used it.
+            let pinned = ResolvedRef {
+                name: base.clone(),
+                fetch: String::new(),
+                sha: base.clone(),
+            };
+            let dest = tempfile::tempdir().unwrap();
+            src.checkout(&url, &pinned, &creds, &dest.path().join("t"))
+                .unwrap();
+        }
+        let files = src.changed_files(&url, &base, &to, &creds).unwrap();
+        assert_eq!(
+            files,
+            [
+                "envs/prod/main.tf",
+                "envs/prod/network.tf",
+                "envs/staging/main.tf"
+            ],
+            "warm cache: {warm}"
+        );
+        let files = src.changed_files(&url, &staging, &to, &creds).unwrap();
+        assert_eq!(files, ["envs/prod/main.tf", "envs/prod/network.tf"]);
+        assert!(
+            src.changed_files(&url, &renamed, &to, &creds)
+                .unwrap()
+                .is_empty()
+        );
+    }
+    let src = GitSource::new(tempfile::tempdir().unwrap().path());
+    let to = src.resolve(&url, &main, &creds).unwrap();
+    let gone = "0123456789012345678901234567890123456789";
+    let e = src.changed_files(&url, gone, &to, &creds).unwrap_err();
+    assert!(matches!(e, GitError::NoSuchCommit { .. }), "{e:?}");
+}

@@ -25,6 +25,16 @@ pub struct SourceRef {
     /// directories stay empty.
     #[serde(default)]
     pub recurse_submodules: bool,
+    /// Paths outside `spec.path` whose changes concern this object too (shared modules,
+    /// common variable files): gitignore-style patterns relative to the source's root
+    /// (`modules/network/`, `/common/*.tfvars`, `!modules/network/README.md`). A new revision
+    /// is planned only when it changed a file under `spec.path` or matching one of these (or
+    /// the object's spec or inputs changed); otherwise it is recorded as seen
+    /// (`status.lastAttemptedRevision`) and the run goes on as if nothing had changed. Git
+    /// compares the two commits' trees; OCI compares the artifacts' layer digests (any change
+    /// of the artifact is a change). With `spec.path` at the root every change counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watch_paths: Vec<String>,
 }
 
 /// The kinds of source.

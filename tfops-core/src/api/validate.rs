@@ -214,6 +214,14 @@ fn check_source(c: &mut Checker, spec: &TerraformSpec) {
     if src.url.trim().is_empty() {
         c.problem("spec.sourceRef.url", "must not be empty");
     }
+    for (i, line) in src.watch_paths.iter().enumerate() {
+        let field = format!("spec.sourceRef.watchPaths[{i}]");
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            c.problem(&field, "must be a pattern (not empty, not a comment)");
+        } else if let Err(e) = crate::source::Watched::new("", std::slice::from_ref(line)) {
+            c.problem(&field, e.to_string());
+        }
+    }
     let set = src.reference.set_fields();
     if set.len() > 1 {
         let names: Vec<_> = set.iter().map(|(n, _)| *n).collect();

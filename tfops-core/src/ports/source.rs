@@ -5,6 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::api::{ObjectKey, SourceRef};
+use crate::source::SourceChanges;
 
 use super::PortError;
 
@@ -18,6 +19,20 @@ pub struct Revision {
 }
 
 impl Revision {
+    /// A revision as status records it (`<reference>@<digest>`, [`Revision`]'s `Display`);
+    /// `None` for any other text.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (reference, digest) = text.rsplit_once('@')?;
+        let (algorithm, hex) = digest.split_once(':')?;
+        let known = matches!(algorithm, "sha1" | "sha256")
+            && !hex.is_empty()
+            && hex.bytes().all(|b| b.is_ascii_hexdigit());
+        known.then(|| Self {
+            reference: reference.to_string(),
+            digest: digest.to_string(),
+        })
+    }
+
     /// The hex part of the digest.
     pub fn sha(&self) -> &str {
         self.digest
@@ -63,4 +78,36 @@ pub trait SourcePort: Send + Sync {
         revision: &Revision,
         ignore: Option<&str>,
     ) -> Result<Artifact, PortError>;
+
+    /// What changed between `from` (a revision an earlier run used) and `to` (the one resolved
+    /// in this run): the paths that differ, or that the trees are the same, or
+    /// [`SourceChanges::Unknown`] when this source cannot tell (the default), which counts as
+    /// a change of everything.
+    async fn changes(
+        &self,
+        object: &ObjectKey,
+        source: &SourceRef,
+        from: &Revision,
+        to: &Revision,
+    ) -> Result<SourceChanges, PortError> {
+        let _ = (object, source, from, to);
+        Ok(SourceChanges::Unknown)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Revision;
+
+    #[test]
+    fn a_revision_reads_back_from_its_text() {
+        let r = Revision {
+            reference: "release/v1@x".into(),
+            digest: "sha1:0123abcd".into(),
+        };
+        assert_eq!(Revision::parse(&r.to_string()), Some(r));
+        assert_eq!(Revision::parse("main"), None);
+        assert_eq!(Revision::parse("main@md5:00"), None);
+        assert_eq!(Revision::parse("main@sha1:xyz"), None);
+    }
 }

@@ -66,14 +66,15 @@ pub(super) fn drift(
     }
 }
 
-/// Nothing changed since the last apply: the spec's generation, the revision, the resolved
+/// Nothing changed since the last apply: the spec's generation, the revision (or nothing of
+/// the object's in a new one: [`super::source`] then counts it as applied), the resolved
 /// inputs; no plan pending, no failure since, no re-plan asked for, no destroy.
 fn unchanged(run: &Run<'_>, revision: &Revision, inputs: &str) -> bool {
     let start = run.start();
     !run.s.object.spec.destroy
         && !replan_requested(run)
         && start.observed_generation == run.generation()
-        && start.last_applied_revision.as_deref() == Some(revision.to_string().as_str())
+        && run.st.last_applied_revision.as_deref() == Some(revision.to_string().as_str())
         && start.last_applied_inputs_digest.as_deref() == Some(inputs)
         && start.plan.pending.is_empty()
         && start.reconciliation_failures == 0

@@ -22,7 +22,7 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
             Reason::SourceNotFound
         }
         (_, StepKind::ResolveSource) => Reason::SourceFetchFailed,
-        (_, StepKind::FetchSource) => Reason::SourceFetchFailed,
+        (_, StepKind::FetchSource | StepKind::CompareSource) => Reason::SourceFetchFailed,
         (_, StepKind::StartRunner | StepKind::StartApplyRunner) => Reason::RunnerConnectionFailed,
         (_, StepKind::Setup | StepKind::ApplySetup) => match sub {
             SubStep::Inputs => Reason::VarsGenerationFailed,

@@ -84,6 +84,14 @@ pub enum Step {
     ResolveSource,
     /// Fetch and archive the resolved revision.
     FetchSource,
+    /// What changed in the source between `from`, the revision the object last planned or
+    /// applied, and `to`, the one resolved now: whether it concerns the object.
+    CompareSource {
+        /// The revision of the last plan or apply.
+        from: Revision,
+        /// The revision resolved in this run.
+        to: Revision,
+    },
     /// Start (or reuse) the runner and connect.
     StartRunner,
     /// Resolve inputs, upload the archive, write files, `init`, select the workspace.
@@ -221,6 +229,7 @@ impl Step {
             Step::AddFinalizer => StepKind::AddFinalizer,
             Step::ResolveSource => StepKind::ResolveSource,
             Step::FetchSource => StepKind::FetchSource,
+            Step::CompareSource { .. } => StepKind::CompareSource,
             Step::StartRunner => StepKind::StartRunner,
             Step::Setup => StepKind::Setup,
             Step::ForceUnlock { .. } => StepKind::ForceUnlock,
@@ -249,6 +258,7 @@ pub enum StepKind {
     AddFinalizer,
     ResolveSource,
     FetchSource,
+    CompareSource,
     StartRunner,
     Setup,
     ForceUnlock,
@@ -288,6 +298,12 @@ pub enum Outcome {
     FinalizerAdded,
     /// The source resolved to this revision.
     Resolved(Revision),
+    /// The source was compared with an earlier revision.
+    SourceCompared {
+        /// The first changed file that concerns the object (or why every change does);
+        /// `None`: nothing that concerns it changed.
+        touched: Option<String>,
+    },
     /// The archive was built; its SHA-256.
     Fetched {
         /// Hex SHA-256 of the archive.

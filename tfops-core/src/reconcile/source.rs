@@ -2,17 +2,29 @@
 //!
 //! > Source. The controller resolves the revision (git ls-remote, or the OCI manifest digest).
 //! > If it changed since the last run, the tree is fetched, filtered by ignore, and archived.
+//!
+//! A new revision that changed nothing under the object's `spec.path` or its
+//! `spec.sourceRef.watchPaths` is no change for the object (monorepos: one commit touches one
+//! object of hundreds). It is recorded as seen (`status.lastAttemptedRevision`); with no plan
+//! pending it counts as applied, since the object's files are those applied, so the run goes
+//! on as for an unchanged revision (a drift check); with a plan pending, the plan keeps its
+//! revision and id, so an approval given for it still counts (it is applied only if the plan
+//! made again does the same).
 
 use super::dependencies::dependencies;
 use super::model::{Outcome, Step, StepKind};
 use super::run::{Run, Stop, unexpected};
+use super::trigger::replan_requested;
 use crate::ports::Revision;
 
-/// Resolves the revision (recorded as the last attempted one), waits for dependencies of the
-/// same source to have applied it, then fetches and archives its tree.
+/// Resolves the revision (recorded as the last attempted one), tells whether it changed
+/// anything of the object's, waits for dependencies of the same source to have applied it,
+/// then fetches and archives its tree. Gives the revision the run plans as: the resolved one,
+/// or the pending plan's when nothing of the object's changed since.
 pub(super) fn source(run: &mut Run<'_>) -> Result<Revision, Stop> {
-    let revision = resolve(run)?;
-    dependencies(run, Some(&revision))?;
+    let resolved = resolve(run)?;
+    let revision = since_last(run, &resolved)?;
+    dependencies(run, Some(&resolved))?;
     fetch(run)?;
     Ok(revision)
 }
@@ -30,4 +42,60 @@ pub(super) fn resolve(run: &mut Run<'_>) -> Result<Revision, Stop> {
     };
     run.st.last_attempted_revision = Some(revision.to_string());
     Ok(revision)
+}
+
+/// The revision the run plans as, once the source said whether `resolved` changed anything
+/// of the object's since the revision it last planned (a plan is pending) or applied.
+fn since_last(run: &mut Run<'_>, resolved: &Revision) -> Result<Revision, Stop> {
+    let Some(last) = last_revision(run).filter(|last| last != resolved) else {
+        return Ok(resolved.clone());
+    };
+    let step = Step::CompareSource {
+        from: last.clone(),
+        to: resolved.clone(),
+    };
+    let touched = match run.need(step)? {
+        (Outcome::SourceCompared { touched }, _) => touched.is_some(),
+        _ => return Err(unexpected(StepKind::CompareSource)),
+    };
+    if touched {
+        return Ok(resolved.clone());
+    }
+    if run.start().plan.pending.is_empty() {
+        // What was applied is what this revision holds for the object.
+        run.st.last_applied_revision = Some(resolved.to_string());
+        Ok(resolved.clone())
+    } else {
+        Ok(last)
+    }
+}
+
+/// The revision to compare with, when comparing may spare a plan: the pending plan's, else
+/// the last applied one, of the same reference. `None` (plan as the resolved revision) when
+/// the spec changed or a re-plan or destroy is asked for (each plans anyway), or when every
+/// file concerns the object (`spec.path` at the root, with nothing to compare).
+fn last_revision(run: &Run<'_>) -> Option<Revision> {
+    let start = run.start();
+    let spec = &run.s.object.spec;
+    let path = spec.path.trim_matches(|c| c == '.' || c == '/');
+    if spec.destroy
+        || path.is_empty()
+        || start.observed_generation != run.generation()
+        || replan_requested(run)
+    {
+        return None;
+    }
+    let last = if start.plan.pending.is_empty() {
+        start.last_applied_revision.as_deref()
+    } else {
+        start.last_planned_revision.as_deref()
+    };
+    let last = Revision::parse(last?)?;
+    let resolved_reference = run
+        .st
+        .last_attempted_revision
+        .as_deref()
+        .and_then(Revision::parse)
+        .map(|r| r.reference);
+    (Some(&last.reference) == resolved_reference.as_ref()).then_some(last)
 }

@@ -17,7 +17,9 @@ mod archive;
 mod extract;
 pub mod refs;
 mod rules;
+pub mod watch;
 
 pub use archive::{ArchiveError, ArchiveSummary, build_archive};
 pub use extract::{ExtractError, ExtractLimits, ExtractSummary, extract};
 pub use rules::{IgnoreRules, SOURCEIGNORE};
+pub use watch::{SourceChanges, Watched};

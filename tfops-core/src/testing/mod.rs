@@ -45,6 +45,7 @@ pub fn runner_ref(n: usize) -> String {
 pub enum FakeOp {
     Resolve,
     Fetch,
+    Compare,
     Inputs,
     Start,
     Setup,
@@ -107,6 +108,11 @@ pub struct WorldState {
     pub sources: BTreeMap<String, (String, String)>,
     /// The resources of each revision, by sha.
     pub trees: BTreeMap<String, BTreeMap<String, String>>,
+    /// The files that differ between two revisions, by (from sha, to sha); a pair not here
+    /// cannot be compared ([`crate::source::SourceChanges::Unknown`]).
+    pub changed_files: BTreeMap<(String, String), Vec<String>>,
+    /// The comparisons asked for, as (from sha, to sha), in order.
+    pub comparisons: Vec<(String, String)>,
     /// Secrets and ConfigMaps alike: (namespace, name) → key → value.
     pub secrets: BTreeMap<(String, String), BTreeMap<String, String>>,
     /// Infrastructure per object.
@@ -248,6 +254,14 @@ impl FakeWorld {
             .map(|(a, v)| (a.to_string(), v.to_string()))
             .collect();
         w.trees.insert(sha.into(), tree);
+    }
+
+    /// Says which files differ between revisions `from` and `to` (both shas).
+    pub fn changed_between(&self, from: &str, to: &str, files: &[&str]) {
+        self.lock().changed_files.insert(
+            (from.into(), to.into()),
+            files.iter().map(|f| f.to_string()).collect(),
+        );
     }
 
     /// Stores a Secret (or ConfigMap) for inputs.

@@ -50,6 +50,25 @@ impl SourcePort for FakeWorld {
             data: Arc::new(data),
         })
     }
+
+    async fn changes(
+        &self,
+        _: &ObjectKey,
+        _: &SourceRef,
+        from: &Revision,
+        to: &Revision,
+    ) -> Result<crate::source::SourceChanges, PortError> {
+        self.check(FakeOp::Compare)?;
+        let mut w = self.lock();
+        let pair = (from.sha().to_string(), to.sha().to_string());
+        w.comparisons.push(pair.clone());
+        Ok(w.changed_files
+            .get(&pair)
+            .cloned()
+            .map_or(crate::source::SourceChanges::Unknown, |files| {
+                crate::source::SourceChanges::Files(files)
+            }))
+    }
 }
 
 impl crate::inputs::DataSource for FakeWorld {

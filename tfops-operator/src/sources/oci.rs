@@ -264,6 +264,33 @@ impl OciSource {
         Ok((tag, digest))
     }
 
+    /// The digest of the layer holding the tree of the artifact at `digest` (its first).
+    ///
+    /// # Errors
+    /// An [`OciError`].
+    pub async fn layer_digest(
+        &self,
+        url: &str,
+        digest: &str,
+        creds: &OciCredentials,
+    ) -> Result<String, OciError> {
+        let repo = repository(url)?;
+        let at = format!("{url}@{digest}");
+        let (manifest, _) = self
+            .client
+            .pull_image_manifest(&reference(repo, &format!("@{digest}"))?, &creds.auth())
+            .await
+            .map_err(|e| registry_error(&at, &e))?;
+        manifest
+            .layers
+            .first()
+            .map(|l| l.digest.clone())
+            .ok_or_else(|| OciError::NotASource {
+                reference: at,
+                found: "no layer".into(),
+            })
+    }
+
     /// Pulls the artifact at `digest`, checks its layer's digest, and extracts it into `dest`.
     ///
     /// # Errors

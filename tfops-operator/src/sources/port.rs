@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tfops_core::api::{ObjectKey, SourceKind, SourceRef};
 use tfops_core::ports::{Artifact, PortError, Revision, SourcePort};
+use tfops_core::source::SourceChanges;
 use tfops_core::source::refs::ResolvedRef;
 
 use super::git::{GitCredentials, GitError, GitSource};
@@ -266,5 +267,53 @@ impl SourcePort for RemoteSources {
         })
         .await
         .map_err(|e| PortError::Unavailable(e.to_string()))?
+    }
+
+    /// Git: the files the two commits' trees differ in. OCI: the layers' digests (an artifact
+    /// holds one archive, so a different layer is a change of everything, the same layer no
+    /// change at all).
+    async fn changes(
+        &self,
+        object: &ObjectKey,
+        source: &SourceRef,
+        from: &Revision,
+        to: &Revision,
+    ) -> Result<SourceChanges, PortError> {
+        let data = self.data(object, source).await?;
+        if source.kind == SourceKind::OciRepository {
+            let client = Self::oci_client(source, data.as_ref());
+            let creds = oci_credentials(data.as_ref(), &source.url);
+            let old = client.layer_digest(&source.url, &from.digest, &creds).await;
+            let new = client.layer_digest(&source.url, &to.digest, &creds).await;
+            return Ok(match (old, new) {
+                (Ok(a), Ok(b)) if a == b => SourceChanges::Identical,
+                (_, Err(e)) => return Err(oci_error(e)),
+                // The earlier artifact may be gone from the registry: a change.
+                _ => SourceChanges::Unknown,
+            });
+        }
+        if !is_git(source) {
+            return Ok(SourceChanges::Unknown);
+        }
+        let to_ref = lock(&self.resolved)
+            .get(&(source.url.clone(), to.sha().to_string()))
+            .cloned()
+            .unwrap_or_else(|| ResolvedRef {
+                name: to.reference.clone(),
+                fetch: to.sha().to_string(),
+                sha: to.sha().to_string(),
+            });
+        let (git, url, from, creds) = (
+            self.git.clone(),
+            source.url.clone(),
+            from.sha().to_string(),
+            git_credentials(data.as_ref()),
+        );
+        let files =
+            tokio::task::spawn_blocking(move || git.changed_files(&url, &from, &to_ref, &creds))
+                .await
+                .map_err(|e| PortError::Unavailable(e.to_string()))?
+                .map_err(git_error)?;
+        Ok(SourceChanges::Files(files))
     }
 }

@@ -56,6 +56,7 @@ impl Driver {
                 .map_err(fail(kind, SubStep::Whole)),
             Step::ResolveSource => self.resolve_source(object, state).await,
             Step::FetchSource => self.fetch_source(object, state).await,
+            Step::CompareSource { from, to } => Ok(self.compare_source(object, &from, &to).await),
             Step::StartRunner => self.start_runner(object, RunnerRole::Plan, state).await,
             Step::StartApplyRunner => self.start_runner(object, RunnerRole::Apply, state).await,
             Step::Attach { runner, run_id } => self.attach(object, &runner, &run_id, state).await,
@@ -122,6 +123,41 @@ impl Driver {
             .map_err(fail(StepKind::ResolveSource, SubStep::Resolve))?;
         state.revision = Some(revision.clone());
         Ok(Outcome::Resolved(revision))
+    }
+
+    /// Source: whether anything that concerns the object changed between `from` and `to`.
+    /// Never fails the run: a comparison the source cannot make counts as a change, and the
+    /// run plans as it would without one.
+    async fn compare_source(
+        &self,
+        object: &TerraformObject,
+        from: &crate::ports::Revision,
+        to: &crate::ports::Revision,
+    ) -> Outcome {
+        let spec = &object.spec;
+        let watched = match crate::source::Watched::new(&spec.path, &spec.source_ref.watch_paths) {
+            Ok(w) => w,
+            // Validation refuses such a spec before any run; counted as a change all the same.
+            Err(e) => {
+                return Outcome::SourceCompared {
+                    touched: Some(e.to_string()),
+                };
+            }
+        };
+        let touched = match self
+            .ports
+            .source
+            .changes(&object.key(), &spec.source_ref, from, to)
+            .await
+        {
+            Ok(changes) => watched.touched(&changes),
+            Err(e) => {
+                tracing::warn!(object = %object.key(), %from, %to, error = %e,
+                    "cannot compare the source's revisions; planning as for any new revision");
+                Some(format!("cannot compare {from} with {to}: {e}"))
+            }
+        };
+        Outcome::SourceCompared { touched }
     }
 
     /// Source: the tree at the resolved revision, archived.

@@ -179,45 +179,8 @@ impl GitSource {
         // One fetch per repository at a time; different repositories proceed in parallel.
         let _guard = lock.lock().unwrap_or_else(|e| e.into_inner());
         let dir = self.repo_dir(url);
-        let repo = match git2::Repository::open_bare(&dir) {
-            Ok(r) => r,
-            Err(_) => {
-                git2::Repository::init_bare(&dir).map_err(|e| GitError::Local(e.to_string()))?
-            }
-        };
-        let have = |repo: &git2::Repository| -> Option<git2::Oid> {
-            repo.revparse_single(&resolved.sha)
-                .ok()
-                .and_then(|o| o.peel_to_commit().ok())
-                .map(|c| c.id())
-        };
-        let commit = match have(&repo) {
-            Some(id) => id,
-            None => {
-                let verdict = HostKeyVerdict::default();
-                let mut remote = repo
-                    .remote_anonymous(url)
-                    .map_err(|e| classify(url, &e, &verdict))?;
-                let mut options = git2::FetchOptions::new();
-                options.remote_callbacks(callbacks(creds, url, &verdict));
-                let specs: Vec<String> = if resolved.fetch.is_empty() {
-                    vec![
-                        "+refs/heads/*:refs/tfops/heads/*".into(),
-                        "+refs/tags/*:refs/tfops/tags/*".into(),
-                    ]
-                } else {
-                    options.depth(1);
-                    vec![format!("+{}:refs/tfops/fetched", resolved.fetch)]
-                };
-                remote
-                    .fetch(&specs, Some(&mut options), None)
-                    .map_err(|e| classify(url, &e, &verdict))?;
-                have(&repo).ok_or_else(|| GitError::NoSuchCommit {
-                    url: redact(url),
-                    commit: resolved.sha.clone(),
-                })?
-            }
-        };
+        let repo = self.cached_repo(url)?;
+        let commit = fetch_commit(&repo, url, resolved, creds)?;
         let tree = repo
             .find_commit(commit)
             .and_then(|c| c.tree())
@@ -228,6 +191,62 @@ impl GitSource {
         self.evict(&dir);
         Ok(commit.to_string())
     }
+
+    /// The bare repository caching `url`, made when there is none yet.
+    pub(super) fn cached_repo(&self, url: &str) -> Result<git2::Repository, GitError> {
+        let dir = self.repo_dir(url);
+        match git2::Repository::open_bare(&dir) {
+            Ok(r) => Ok(r),
+            Err(_) => git2::Repository::init_bare(&dir).map_err(|e| GitError::Local(e.to_string())),
+        }
+    }
+}
+
+/// The commit `resolved` names, fetched into `repo` unless it is there already: shallow when
+/// `resolved` says which ref to fetch (a branch or tag tip, or a commit by id), else every
+/// branch and tag.
+pub(super) fn fetch_commit(
+    repo: &git2::Repository,
+    url: &str,
+    resolved: &ResolvedRef,
+    creds: &GitCredentials,
+) -> Result<git2::Oid, GitError> {
+    let have = |repo: &git2::Repository| -> Option<git2::Oid> {
+        repo.revparse_single(&resolved.sha)
+            .ok()
+            .and_then(|o| o.peel_to_commit().ok())
+            .map(|c| c.id())
+    };
+    if let Some(id) = have(repo) {
+        return Ok(id);
+    }
+    let verdict = HostKeyVerdict::default();
+    let mut remote = repo
+        .remote_anonymous(url)
+        .map_err(|e| classify(url, &e, &verdict))?;
+    let mut options = git2::FetchOptions::new();
+    options.remote_callbacks(callbacks(creds, url, &verdict));
+    let specs: Vec<String> = if resolved.fetch.is_empty() {
+        if repo.is_shallow() {
+            // Earlier shallow fetches cut the history off at their tips: deepen it all the way
+            // (libgit2's GIT_FETCH_DEPTH_UNSHALLOW), or an older commit stays out of reach.
+            options.depth(i32::MAX);
+        }
+        vec![
+            "+refs/heads/*:refs/tfops/heads/*".into(),
+            "+refs/tags/*:refs/tfops/tags/*".into(),
+        ]
+    } else {
+        options.depth(1);
+        vec![format!("+{}:refs/tfops/fetched", resolved.fetch)]
+    };
+    remote
+        .fetch(&specs, Some(&mut options), None)
+        .map_err(|e| classify(url, &e, &verdict))?;
+    have(repo).ok_or_else(|| GitError::NoSuchCommit {
+        url: redact(url),
+        commit: resolved.sha.clone(),
+    })
 }
 
 #[cfg(test)]

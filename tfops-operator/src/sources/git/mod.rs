@@ -3,6 +3,7 @@
 //! tree out for archiving.
 
 mod cache;
+mod changes;
 mod checkout;
 mod credentials;
 mod error;
