@@ -218,8 +218,9 @@ fn check_source(c: &mut Checker, spec: &TerraformSpec) {
         let field = format!("spec.sourceRef.watchPaths[{i}]");
         if line.trim().is_empty() || line.trim_start().starts_with('#') {
             c.problem(&field, "must be a pattern (not empty, not a comment)");
-        } else if let Err(e) = crate::source::Watched::new("", std::slice::from_ref(line)) {
-            c.problem(&field, e.to_string());
+        } else if let Err(e) = ignore::gitignore::GitignoreBuilder::new("/").add_line(None, line) {
+            // Checked here, as `source::Watched` reads it, without `api` depending on `source`.
+            c.problem(&field, format!("invalid pattern {line:?}: {e}"));
         }
     }
     let set = src.reference.set_fields();
