@@ -47,7 +47,7 @@ pub(super) fn resolve(run: &mut Run<'_>) -> Result<Revision, Stop> {
 /// The revision the run plans as, once the source said whether `resolved` changed anything
 /// of the object's since the revision it last planned (a plan is pending) or applied.
 fn since_last(run: &mut Run<'_>, resolved: &Revision) -> Result<Revision, Stop> {
-    let Some(last) = last_revision(run).filter(|last| last != resolved) else {
+    let Some(last) = last_revision(run, resolved).filter(|last| last != resolved) else {
         return Ok(resolved.clone());
     };
     let step = Step::CompareSource {
@@ -74,12 +74,11 @@ fn since_last(run: &mut Run<'_>, resolved: &Revision) -> Result<Revision, Stop> 
 /// the last applied one, of the same reference. `None` (plan as the resolved revision) when
 /// the spec changed or a re-plan or destroy is asked for (each plans anyway), or when every
 /// file concerns the object (`spec.path` at the root, with nothing to compare).
-fn last_revision(run: &Run<'_>) -> Option<Revision> {
+fn last_revision(run: &Run<'_>, resolved: &Revision) -> Option<Revision> {
     let start = run.start();
     let spec = &run.s.object.spec;
-    let path = spec.path.trim_matches(|c| c == '.' || c == '/');
     if spec.destroy
-        || path.is_empty()
+        || crate::source::watch::is_root(&spec.path)
         || start.observed_generation != run.generation()
         || replan_requested(run)
     {
@@ -91,11 +90,5 @@ fn last_revision(run: &Run<'_>) -> Option<Revision> {
         start.last_planned_revision.as_deref()
     };
     let last = Revision::parse(last?)?;
-    let resolved_reference = run
-        .st
-        .last_attempted_revision
-        .as_deref()
-        .and_then(Revision::parse)
-        .map(|r| r.reference);
-    (Some(&last.reference) == resolved_reference.as_ref()).then_some(last)
+    (last.reference == resolved.reference).then_some(last)
 }

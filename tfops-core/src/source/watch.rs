@@ -19,6 +19,22 @@ pub enum SourceChanges {
     Files(Vec<String>),
 }
 
+/// `spec.path` as [`Watched`] compares it: no leading `./` or `/`, no trailing `/`; empty for
+/// the source's root (`""`, `.`, `./`, `/`).
+fn normal_path(path: &str) -> &str {
+    let path = path
+        .trim_start_matches("./")
+        .trim_end_matches('/')
+        .trim_start_matches('/');
+    if path == "." { "" } else { path }
+}
+
+/// Whether `path` (an object's `spec.path`) is the source's root: then every file concerns
+/// the object, and there is nothing to compare.
+pub fn is_root(path: &str) -> bool {
+    normal_path(path).is_empty()
+}
+
 /// The files of a source that concern one object.
 #[derive(Debug, Clone)]
 pub struct Watched {
@@ -44,11 +60,7 @@ impl Watched {
     /// # Errors
     /// [`PatternError`] naming the first malformed pattern.
     pub fn new(path: &str, patterns: &[String]) -> Result<Self, PatternError> {
-        let path = path
-            .trim_start_matches("./")
-            .trim_end_matches('/')
-            .trim_start_matches('/');
-        let path = if path == "." { "" } else { path };
+        let path = normal_path(path);
         let patterns = if patterns.is_empty() {
             None
         } else {
