@@ -155,6 +155,17 @@ pub fn entry(
     if !report.records.iter().any(|r| is_run(r.step)) {
         return None;
     }
+    // A look at a new revision that changed nothing of the object's ran nothing either (and
+    // a commit to a monorepo would otherwise add an entry to every object's history).
+    let looked_only = report.records.iter().all(|r| {
+        matches!(
+            r.step,
+            StepKind::ResolveSource | StepKind::CompareSource | StepKind::Done
+        ) && r.result.is_ok()
+    });
+    if looked_only && report.status.last_run_at == before.status.last_run_at {
+        return None;
+    }
     // An attempt that found no room for its runner Pod ran nothing: the queue is in `Ready`,
     // and the history keeps the runs.
     let started = report

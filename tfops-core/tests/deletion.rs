@@ -136,6 +136,7 @@ async fn a_destroy_plan_recorded_as_something_else_never_releases_the_object() {
         now,
         started_at: now,
         queue: Default::default(),
+        source_revision: None,
     });
     assert!(
         !matches!(decision.step, Step::RemoveFinalizer),

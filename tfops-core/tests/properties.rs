@@ -45,6 +45,9 @@ enum Edit {
 #[derive(Debug, Clone)]
 enum Action {
     Reconcile(usize),
+    /// A reconcile with the revision a source poller sees now (a poll-triggered run when it
+    /// differs from the last attempted one).
+    Poll(usize),
     Edit(usize, Edit),
     /// A new revision of object `.0`'s repository holding value `.1`; with `.2`, the source
     /// says the commit changed only files outside the object's path (whatever the tree holds:
@@ -132,6 +135,7 @@ fn action() -> impl Strategy<Value = Action> {
     let obj = prop_oneof![1 => Just(0usize), 3 => Just(1usize)];
     prop_oneof![
         12 => (0usize..2).prop_map(Action::Reconcile),
+        3 => (0usize..2).prop_map(Action::Poll),
         4 => (obj.clone(), edit()).prop_map(|(o, e)| Action::Edit(o, e)),
         1 => (obj.clone(), 0u8..4, any::<bool>()).prop_map(|(o, r, f)| Action::NewRevision(o, r, f)),
         4 => (obj.clone(), proptest::bool::weighted(0.8), any::<bool>())
@@ -224,7 +228,8 @@ impl Model {
     ) -> Result<(), TestCaseError> {
         let w = self.world.clone();
         match action.clone() {
-            Action::Reconcile(i) => return self.reconcile_and_check(i, rt),
+            Action::Reconcile(i) => return self.reconcile_and_check(i, rt, false),
+            Action::Poll(i) => return self.reconcile_and_check(i, rt, true),
             Action::Edit(i, e) => {
                 let before = w.object(&self.keys[i]);
                 let pending = before
@@ -397,6 +402,7 @@ impl Model {
         &mut self,
         i: usize,
         rt: &tokio::runtime::Runtime,
+        polled: bool,
     ) -> Result<(), TestCaseError> {
         let w = &self.world;
         let key = &self.keys[i];
@@ -426,7 +432,8 @@ impl Model {
         // What the human had approved when this reconcile started (the checks below void
         // an approval once it was used).
         let approved_before = self.approved[i].clone();
-        let result = rt.block_on(w.reconcile(key));
+        let source_revision = polled.then(|| w.polled_revision(&before)).flatten();
+        let result = rt.block_on(w.reconcile_polled(key, source_revision.clone()));
         let calls: Vec<_> = w.lock().calls[calls_before..].to_vec();
         let new_sessions = w.lock().sessions > sessions_before;
         let deleting = before.metadata.deletion_timestamp.is_some();
@@ -664,7 +671,7 @@ impl Model {
         let Ok(Some(report)) = result else {
             return Ok(());
         };
-        check_replay(&before, &deps, &report, now0, w)?;
+        check_replay(&before, &deps, &report, now0, w, source_revision.as_deref())?;
 
         // Every failure that ends a run is visible as Ready=False with its reason.
         // (A failed automatic force-unlock leaves the lock failure before it as the cause.)
@@ -769,6 +776,7 @@ fn check_replay(
     report: &RunReport,
     now0: tfops_core::Timestamp,
     w: &FakeWorld,
+    source_revision: Option<&str>,
 ) -> Result<(), TestCaseError> {
     let (_, dependants) = w.relations(before);
     let mut progress = Progress::default();
@@ -786,6 +794,7 @@ fn check_replay(
             now,
             started_at: now0,
             queue: Default::default(),
+            source_revision: source_revision.map(str::to_string),
         };
         let first = decide(&snapshot);
         prop_assert_eq!(

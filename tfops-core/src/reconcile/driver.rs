@@ -101,6 +101,33 @@ impl Driver {
             .await
     }
 
+    /// [`Driver::reconcile_queued`], knowing the newest revision of the object's source the
+    /// caller's source poller resolved ([`Snapshot::source_revision`]).
+    ///
+    /// # Errors
+    /// As [`Driver::reconcile`].
+    pub async fn reconcile_polled(
+        &self,
+        object: TerraformObject,
+        dependencies: Vec<DependencyState>,
+        dependants: Vec<ObjectKey>,
+        queue: RunnerQueue,
+        source_revision: Option<String>,
+    ) -> Result<RunReport, DriverError> {
+        let now = self.ports.clock.now();
+        let snapshot = Snapshot {
+            object,
+            dependencies,
+            dependants,
+            progress: Progress::default(),
+            now,
+            started_at: now,
+            queue,
+            source_revision,
+        };
+        self.run(snapshot).await
+    }
+
     /// [`Driver::reconcile`], knowing where the object stands in its namespace's queue for
     /// runner Pods (what a caller that sees the namespace's objects and quotas knows).
     ///
@@ -113,16 +140,12 @@ impl Driver {
         dependants: Vec<ObjectKey>,
         queue: RunnerQueue,
     ) -> Result<RunReport, DriverError> {
-        let now = self.ports.clock.now();
-        let snapshot = Snapshot {
-            object,
-            dependencies,
-            dependants,
-            progress: Progress::default(),
-            now,
-            started_at: now,
-            queue,
-        };
+        self.reconcile_polled(object, dependencies, dependants, queue, None)
+            .await
+    }
+
+    /// Runs the steps from `snapshot` until the decision is `Done`.
+    async fn run(&self, snapshot: Snapshot) -> Result<RunReport, DriverError> {
         let mut state = RunState::default();
         let mut result = self.run_steps(snapshot, &mut state).await;
         if let Some(session) = &state.session {

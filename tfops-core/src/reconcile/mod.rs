@@ -81,7 +81,7 @@ fn steps(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> {
         Some(recorded) => apply::resumed(run, recorded)?,
         None => {
             dependencies::dependencies(run, None)?;
-            let revision = source::source(run)?;
+            let revision = source::source(run, valid)?;
             runner::runner(run)?;
             let inputs = setup::setup(run)?;
             let drift = drift::drift(run, valid, &revision, inputs)?;

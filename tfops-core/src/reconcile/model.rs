@@ -27,6 +27,12 @@ pub struct Snapshot {
     /// Where the object stands in its namespace's queue for runner Pods, as the driver's
     /// caller sees it (the default knows nothing).
     pub queue: super::queue::RunnerQueue,
+    /// The newest revision of the object's source as the caller's source poller last resolved
+    /// it (the text of a [`crate::ports::Revision`]), when the caller polls sources. One that
+    /// differs from `status.lastAttemptedRevision` makes a run due at once
+    /// ([`super::Trigger::NewRevision`]), which ends before starting a runner when the
+    /// revision changed nothing of the object's.
+    pub source_revision: Option<String>,
 }
 
 /// A dependency as found.

@@ -53,6 +53,10 @@ pub(super) enum End {
     WindowClosed(Option<Duration>),
     /// The object can make no progress until a human changes it (invalid spec).
     Stalled,
+    /// A run started only by a revision the caller's poller saw, which changed nothing of the
+    /// object's: the revision is recorded as seen, and the interval's clock runs on (no
+    /// `lastRunAt`), so the drift check comes when it would have.
+    SourceSeen,
 }
 
 /// What `Ready` says when a run's work is done (set after outputs and health checks).

@@ -10,20 +10,34 @@
 //! on as for an unchanged revision (a drift check); with a plan pending, the plan keeps its
 //! revision and id, so an approval given for it still counts (it is applied only if the plan
 //! made again does the same).
+//!
+//! A run started only because the caller's source poller saw a new revision
+//! ([`super::Trigger::NewRevision`]) ends here when the revision changed nothing of the
+//! object's: no runner Pod starts, and the drift check waits for `spec.interval`. With hundreds
+//! of objects on one repository, a commit then starts runner Pods only for the objects it
+//! touched.
 
 use super::dependencies::dependencies;
 use super::model::{Outcome, Step, StepKind};
-use super::run::{Run, Stop, unexpected};
-use super::trigger::replan_requested;
+use super::run::{End, Run, Stop, unexpected};
+use super::trigger::{mark_started, replan_requested, source_only};
+use crate::api::ValidSpec;
 use crate::ports::Revision;
 
 /// Resolves the revision (recorded as the last attempted one), tells whether it changed
 /// anything of the object's, waits for dependencies of the same source to have applied it,
 /// then fetches and archives its tree. Gives the revision the run plans as: the resolved one,
-/// or the pending plan's when nothing of the object's changed since.
-pub(super) fn source(run: &mut Run<'_>) -> Result<Revision, Stop> {
+/// or the pending plan's when nothing of the object's changed since. A run started by the
+/// poller alone ends when nothing of the object's changed ([`End::SourceSeen`]).
+pub(super) fn source(run: &mut Run<'_>, valid: &ValidSpec) -> Result<Revision, Stop> {
     let resolved = resolve(run)?;
-    let revision = since_last(run, &resolved)?;
+    let (revision, changed) = since_last(run, &resolved)?;
+    if source_only(run, valid) {
+        if !changed {
+            return Err(Stop::End(End::SourceSeen));
+        }
+        mark_started(run);
+    }
     dependencies(run, Some(&resolved))?;
     fetch(run)?;
     Ok(revision)
@@ -45,10 +59,14 @@ pub(super) fn resolve(run: &mut Run<'_>) -> Result<Revision, Stop> {
 }
 
 /// The revision the run plans as, once the source said whether `resolved` changed anything
-/// of the object's since the revision it last planned (a plan is pending) or applied.
-fn since_last(run: &mut Run<'_>, resolved: &Revision) -> Result<Revision, Stop> {
+/// of the object's since the revision it last planned (a plan is pending) or applied; and
+/// whether it did (`false` also when `resolved` is that revision).
+fn since_last(run: &mut Run<'_>, resolved: &Revision) -> Result<(Revision, bool), Stop> {
+    if known(run) == Some(resolved.to_string().as_str()) {
+        return Ok((resolved.clone(), false));
+    }
     let Some(last) = last_revision(run, resolved).filter(|last| last != resolved) else {
-        return Ok(resolved.clone());
+        return Ok((resolved.clone(), true));
     };
     let step = Step::CompareSource {
         from: last.clone(),
@@ -59,14 +77,24 @@ fn since_last(run: &mut Run<'_>, resolved: &Revision) -> Result<Revision, Stop> 
         _ => return Err(unexpected(StepKind::CompareSource)),
     };
     if touched {
-        return Ok(resolved.clone());
+        return Ok((resolved.clone(), true));
     }
     if run.start().plan.pending.is_empty() {
         // What was applied is what this revision holds for the object.
         run.st.last_applied_revision = Some(resolved.to_string());
-        Ok(resolved.clone())
+        Ok((resolved.clone(), false))
     } else {
-        Ok(last)
+        Ok((last, false))
+    }
+}
+
+/// The revision the object last planned (a plan is pending) or applied, as status has it.
+fn known<'a>(run: &Run<'a>) -> Option<&'a str> {
+    let start = run.start();
+    if start.plan.pending.is_empty() {
+        start.last_applied_revision.as_deref()
+    } else {
+        start.last_planned_revision.as_deref()
     }
 }
 
@@ -84,11 +112,6 @@ fn last_revision(run: &Run<'_>, resolved: &Revision) -> Option<Revision> {
     {
         return None;
     }
-    let last = if start.plan.pending.is_empty() {
-        start.last_applied_revision.as_deref()
-    } else {
-        start.last_planned_revision.as_deref()
-    };
-    let last = Revision::parse(last?)?;
+    let last = Revision::parse(known(run)?)?;
     (last.reference == resolved.reference).then_some(last)
 }

@@ -29,15 +29,25 @@ pub enum Trigger {
     /// The object waits for a runner Pod, and its turn came ([`Slot::Free`]) or its jittered
     /// wait elapsed.
     Queued,
+    /// The caller's source poller saw a revision the object has not attempted
+    /// ([`crate::reconcile::Snapshot::source_revision`]), before its interval elapsed. The run
+    /// only looks at the source, and ends there when the revision changed nothing of the
+    /// object's (no runner Pod, and the interval's clock is not reset).
+    NewRevision,
 }
 
 impl Trigger {
     /// Whether a run of this trigger waits for its turn in the queue for runner Pods: all but
     /// a person's request (reconcile, replan) and a run taken up again, which try at once.
     pub fn takes_its_turn(self) -> bool {
+        // A new revision may change nothing of the object's: it needs a runner Pod only when
+        // it does, and then the runner's start says whether there is room for it.
         !matches!(
             self,
-            Trigger::ReconcileRequested | Trigger::ReplanRequested | Trigger::Resume
+            Trigger::ReconcileRequested
+                | Trigger::ReplanRequested
+                | Trigger::Resume
+                | Trigger::NewRevision
         )
     }
 }
@@ -80,13 +90,15 @@ pub(super) use crate::duration::elapsed;
 /// Whether a run is due now, and why; otherwise when it will be (`None`: only after a change
 /// by a human, when retries are exhausted).
 ///
-/// Only spec generation, tfops' own annotations, time and the queue's turn start runs: a
-/// status-only update never does, because every status field read here is written by tfops at
-/// the end of a run (and a waiter's turn is the caller's [`RunnerQueue`], not its status).
+/// Only spec generation, tfops' own annotations, time, the queue's turn and a revision the
+/// caller's source poller saw (`source_revision`) start runs: a status-only update never does,
+/// because every status field read here is written by tfops at the end of a run (and a
+/// waiter's turn is the caller's [`RunnerQueue`], not its status).
 pub fn due(
     object: &TerraformObject,
     spec: &ValidSpec,
     queue: &RunnerQueue,
+    source_revision: Option<&str>,
     now: jiff::Timestamp,
 ) -> Result<Trigger, Option<Duration>> {
     let status = &object.status;
@@ -146,12 +158,22 @@ pub fn due(
     let since = elapsed(last, now);
     if since >= wait {
         Ok(trigger)
+    } else if trigger == Trigger::Interval && polled_new(object, source_revision) {
+        // A failing object keeps its backoff: a commit elsewhere would not mend it, and its
+        // retry resolves the source anyway.
+        Ok(Trigger::NewRevision)
     } else {
         let wait = wait - since;
         Err(Some(
             opens_in.map_or(wait, |o| o.max(Duration::from_secs(1)).min(wait)),
         ))
     }
+}
+
+/// Whether the poller saw a revision the object has not attempted yet.
+fn polled_new(object: &TerraformObject, source_revision: Option<&str>) -> bool {
+    source_revision
+        .is_some_and(|seen| object.status.last_attempted_revision.as_deref() != Some(seen))
 }
 
 /// When an object waiting for a runner Pod runs: at its turn ([`Slot::Free`]), else once its

@@ -45,7 +45,13 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
         .is_some_and(|c| c.reason == Reason::Suspended.as_str());
     let mut takes_turn = false;
     if !started && !resuming && !resumed {
-        match timing::due(&s.object, valid, &s.queue, s.now) {
+        match timing::due(
+            &s.object,
+            valid,
+            &s.queue,
+            s.source_revision.as_deref(),
+            s.now,
+        ) {
             Err(next) => {
                 return Err(Stop::next(Step::Done {
                     requeue_after: next,
@@ -54,7 +60,11 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
             Ok(why) => takes_turn = why.takes_its_turn(),
         }
     }
-    mark_started(run);
+    // A run only the poller started says it is reconciling once the revision turns out to
+    // concern the object ([`super::source`]): one that did not writes its status once.
+    if !source_only(run, valid) {
+        mark_started(run);
+    }
     // No runner Pod may start for it now: it waits in the queue without fetching anything.
     if let (true, Slot::Full { why }) = (takes_turn, &s.queue.slot) {
         return Err(Stop::End(End::Queued(why.clone())));
@@ -62,9 +72,27 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
     Ok(())
 }
 
+/// Whether this run was started only by a revision the caller's poller saw
+/// ([`timing::Trigger::NewRevision`]): it ends once the source says the revision changed
+/// nothing of the object's. Asked of the run's start, so every decision of the run agrees.
+pub(super) fn source_only(run: &Run<'_>, valid: &ValidSpec) -> bool {
+    let s = run.s;
+    let resumed = crate::conditions::find(&s.object.status.conditions, ConditionType::Ready)
+        .is_some_and(|c| c.reason == Reason::Suspended.as_str());
+    s.object.status.active_run.is_none()
+        && !resumed
+        && timing::due(
+            &s.object,
+            valid,
+            &s.queue,
+            s.source_revision.as_deref(),
+            s.started_at,
+        ) == Ok(timing::Trigger::NewRevision)
+}
+
 /// `Reconciling=True` (why), `Ready=Unknown` when it has no value yet, and the request
 /// annotations recorded as handled.
-fn mark_started(run: &mut Run<'_>) {
+pub(super) fn mark_started(run: &mut Run<'_>) {
     let object = &run.s.object;
     let (reason, message) = if replan_requested(run) {
         (Reason::ReplanRequested, "re-plan requested")

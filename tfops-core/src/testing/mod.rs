@@ -441,6 +441,44 @@ impl FakeWorld {
         self.reconcile_queued(key, RunnerQueue::default()).await
     }
 
+    /// The revision a source poller would see now for `object`'s source, as text (`None`:
+    /// the repository does not exist).
+    pub fn polled_revision(&self, object: &TerraformObject) -> Option<String> {
+        let w = self.lock();
+        let (reference, sha) = w.sources.get(&object.spec.source_ref.url)?;
+        let revision = crate::ports::Revision {
+            reference: reference.clone(),
+            digest: format!("sha1:{sha}"),
+        };
+        Some(revision.to_string())
+    }
+
+    /// [`FakeWorld::reconcile`] with `source_revision` as the revision a source poller saw
+    /// ([`crate::reconcile::Snapshot::source_revision`]).
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub async fn reconcile_polled(
+        &self,
+        key: &ObjectKey,
+        source_revision: Option<String>,
+    ) -> Result<Option<RunReport>, DriverError> {
+        let Some(object) = self.object(key) else {
+            return Ok(None);
+        };
+        let (dependencies, dependants) = self.relations(&object);
+        Driver::new(self.ports())
+            .reconcile_polled(
+                object,
+                dependencies,
+                dependants,
+                RunnerQueue::default(),
+                source_revision,
+            )
+            .await
+            .map(Some)
+    }
+
     /// [`FakeWorld::reconcile`], the object standing in its namespace's queue for runner Pods
     /// as `queue` says.
     ///
