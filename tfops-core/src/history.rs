@@ -145,6 +145,14 @@ pub fn trigger(before: &TerraformObject) -> String {
     }
 }
 
+/// Whether `spec.interval` had elapsed since the last run when a run began at `at`.
+fn interval_elapsed(before: &TerraformObject, at: jiff::Timestamp) -> bool {
+    let (Some(last), Ok(valid)) = (before.status.last_run_at, crate::api::validate(before)) else {
+        return true;
+    };
+    crate::duration::elapsed(last, at) >= valid.interval
+}
+
 /// The entry for a reconcile of `before` that began at `started_at`, or `None` when it ran
 /// nothing worth recording.
 pub fn entry(
@@ -177,6 +185,10 @@ pub fn entry(
     }
     let status = &report.status;
     let mut entry = blank(before, report, started_at);
+    if entry.trigger == "interval" && !interval_elapsed(before, started_at) {
+        // Only a revision the source poller saw starts a run before its interval.
+        entry.trigger = "new revision".into();
+    }
     let mut planned = false;
     let mut last_lock = None;
     for r in report.records.iter().filter(|r| is_run(r.step)) {

@@ -433,7 +433,8 @@ impl Model {
         // an approval once it was used).
         let approved_before = self.approved[i].clone();
         let source_revision = polled.then(|| w.polled_revision(&before)).flatten();
-        let result = rt.block_on(w.reconcile_polled(key, source_revision.clone()));
+        let result =
+            rt.block_on(w.reconcile_polled(key, Default::default(), source_revision.clone()));
         let calls: Vec<_> = w.lock().calls[calls_before..].to_vec();
         let new_sessions = w.lock().sessions > sessions_before;
         let deleting = before.metadata.deletion_timestamp.is_some();

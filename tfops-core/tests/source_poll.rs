@@ -10,7 +10,7 @@ use common::*;
 use serde_json::json;
 use tfops_core::api::ObjectKey;
 use tfops_core::conditions::ConditionType;
-use tfops_core::reconcile::{RunReport, StepKind};
+use tfops_core::reconcile::{Place, RunReport, RunnerQueue, Slot, StepKind};
 use tfops_core::testing::{FakeOp, FakeWorld};
 
 const SHA3: &str = "3333333333cccccccccc3333333333cccccccccc";
@@ -18,8 +18,13 @@ const RESOURCES: &[(&str, &str)] = &[("terraform_data.a", "1"), ("terraform_data
 
 /// A reconcile as the operator makes it when its poller saw the source's current revision.
 async fn polled(w: &FakeWorld, key: &ObjectKey) -> RunReport {
+    polled_in(w, key, RunnerQueue::default()).await
+}
+
+/// [`polled`], the object standing in its namespace's queue for runner Pods as `queue` says.
+async fn polled_in(w: &FakeWorld, key: &ObjectKey, queue: RunnerQueue) -> RunReport {
     let seen = w.polled_revision(&w.object(key).unwrap());
-    w.reconcile_polled(key, seen).await.unwrap().unwrap()
+    w.reconcile_polled(key, queue, seen).await.unwrap().unwrap()
 }
 
 fn sessions(w: &FakeWorld) -> usize {
@@ -180,4 +185,47 @@ async fn a_failing_object_keeps_its_backoff_and_the_root_path_plans_every_polled
     w.advance(Duration::from_secs(1));
     polled(&w, &root).await;
     assert_eq!(w.calls_of(&root, FakeOp::Plan), plans + 1);
+}
+
+#[tokio::test]
+async fn with_no_room_for_a_runner_a_foreign_revision_is_still_seen_and_an_own_one_waits_its_turn()
+{
+    let w = world();
+    let key = prod(&w);
+    reconcile(&w, &key).await;
+    let full = || RunnerQueue {
+        place: Some(Place { position: 1, of: 3 }),
+        slot: Slot::Full {
+            why: "quota runners: 2 of 2 Pods used".into(),
+        },
+    };
+    let started = sessions(&w);
+
+    w.publish(REPO, "main", SHA2, RESOURCES);
+    w.changed_between(SHA1, SHA2, &["envs/staging/main.tf"]);
+    w.advance(Duration::from_secs(30));
+    polled_in(&w, &key, full()).await;
+    let st = w.object(&key).unwrap().status;
+    let sha2 = format!("main@sha1:{SHA2}");
+    assert_eq!(st.last_applied_revision.as_deref(), Some(sha2.as_str()));
+    assert!(
+        tfops_core::reconcile::queue::waiting_since(&st).is_none(),
+        "not queued"
+    );
+
+    w.publish(REPO, "main", SHA3, &[("terraform_data.a", "5")]);
+    w.changed_between(SHA2, SHA3, &["envs/prod/main.tf"]);
+    w.advance(Duration::from_secs(30));
+    polled_in(&w, &key, full()).await;
+    let st = w.object(&key).unwrap().status;
+    assert_eq!(sessions(&w), started, "no runner Pod tried");
+    assert!(
+        tfops_core::reconcile::queue::waiting_since(&st).is_some(),
+        "queued"
+    );
+    assert!(
+        ready(&w, &key).2.contains("2 of 2 Pods used"),
+        "{:?}",
+        ready(&w, &key)
+    );
 }

@@ -19,6 +19,7 @@
 
 use super::dependencies::dependencies;
 use super::model::{Outcome, Step, StepKind};
+use super::queue::Slot;
 use super::run::{End, Run, Stop, unexpected};
 use super::trigger::{mark_started, replan_requested, source_only};
 use crate::api::ValidSpec;
@@ -37,6 +38,10 @@ pub(super) fn source(run: &mut Run<'_>, valid: &ValidSpec) -> Result<Revision, S
             return Err(Stop::End(End::SourceSeen));
         }
         mark_started(run);
+        // It needs a runner Pod now: it takes its turn in the queue like any other run.
+        if let Slot::Full { why } = &run.s.queue.slot {
+            return Err(Stop::End(End::Queued(why.clone())));
+        }
     }
     dependencies(run, Some(&resolved))?;
     fetch(run)?;

@@ -453,14 +453,15 @@ impl FakeWorld {
         Some(revision.to_string())
     }
 
-    /// [`FakeWorld::reconcile`] with `source_revision` as the revision a source poller saw
-    /// ([`crate::reconcile::Snapshot::source_revision`]).
+    /// [`FakeWorld::reconcile_queued`] with `source_revision` as the revision a source poller
+    /// saw ([`crate::reconcile::Snapshot::source_revision`]).
     ///
     /// # Errors
     /// The driver's error.
     pub async fn reconcile_polled(
         &self,
         key: &ObjectKey,
+        queue: RunnerQueue,
         source_revision: Option<String>,
     ) -> Result<Option<RunReport>, DriverError> {
         let Some(object) = self.object(key) else {
@@ -468,13 +469,7 @@ impl FakeWorld {
         };
         let (dependencies, dependants) = self.relations(&object);
         Driver::new(self.ports())
-            .reconcile_polled(
-                object,
-                dependencies,
-                dependants,
-                RunnerQueue::default(),
-                source_revision,
-            )
+            .reconcile_polled(object, dependencies, dependants, queue, source_revision)
             .await
             .map(Some)
     }

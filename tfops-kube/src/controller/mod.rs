@@ -7,6 +7,7 @@
 //! ResourceQuotas (`queue`), and a quota's change wakes the longest waiters.
 
 pub mod index;
+mod poll;
 mod queue;
 pub mod shard;
 mod state_size;
@@ -29,6 +30,8 @@ use tfops_core::reconcile::{
 
 use crate::{KubeEventSink, Terraform};
 use index::{DependsIndex, dependencies_of};
+pub use poll::DEFAULT_INTERVAL as DEFAULT_SOURCE_POLL_INTERVAL;
+use poll::SourcePoller;
 use queue::RunnerQueues;
 use shard::Shard;
 
@@ -88,6 +91,10 @@ pub struct Settings {
     pub observer: Option<Observer>,
     /// The objects reconciled: those of this shard only.
     pub shard: Shard,
+    /// How often each distinct source of the cached objects is resolved, waking the objects
+    /// that have not attempted its revision (`None`: never; new revisions then wait for each
+    /// object's `spec.interval`).
+    pub source_poll_interval: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -98,6 +105,7 @@ impl Default for Settings {
             error_requeue: Duration::from_secs(10),
             observer: None,
             shard: Shard::Default,
+            source_poll_interval: Some(DEFAULT_SOURCE_POLL_INTERVAL),
         }
     }
 }
@@ -114,6 +122,8 @@ pub struct Context {
     stores: Vec<Store<Terraform>>,
     /// The queues for runner Pods.
     queues: Arc<RunnerQueues>,
+    /// The source poller, when sources are polled.
+    poller: Option<Arc<SourcePoller>>,
     /// [`Settings::concurrency`] permits shared by every namespace's controller (each of
     /// which would otherwise allow that many on its own).
     permits: Arc<tokio::sync::Semaphore>,
@@ -253,11 +263,15 @@ async fn reconcile_once(
     let dependants = ctx.dependants(&object);
     let started = jiff::Timestamp::now();
     let (queue, seen) = ctx.queues.view(&object);
+    let polled = ctx.poller.as_ref().and_then(|p| p.revision(&object));
     let report = ctx
         .driver
-        .reconcile_queued(object.clone(), dependencies, dependants, queue)
+        .reconcile_polled(object.clone(), dependencies, dependants, queue, polled)
         .await?;
     ctx.queues.record(&key, seen, &report);
+    if let Some(poller) = &ctx.poller {
+        poller.observe(&object, &report);
+    }
     state_size::warn_of_state_size(ctx, &object, &report).await;
     record_run(ctx, &object, &report, started).await;
     Ok(Some(report))
@@ -338,37 +352,59 @@ pub async fn run(
     let stores: Vec<Store<Terraform>> = scoped.iter().map(|(_, _, (r, _), _)| r.clone()).collect();
     let quota_stores = scoped.iter().map(|(_, _, _, (r, _))| r.clone()).collect();
     let queues = Arc::new(RunnerQueues::new(stores.clone(), quota_stores));
+    let (wakers, woken): (Vec<_>, Vec<_>) = scoped
+        .iter()
+        .map(|_| futures::channel::mpsc::unbounded::<Terraform>())
+        .unzip();
+    let poller = settings
+        .source_poll_interval
+        .filter(|every| !every.is_zero())
+        .map(|every| {
+            let poller = Arc::new(SourcePoller::new(
+                ports.source.clone(),
+                stores.clone(),
+                wakers,
+            ));
+            (poller.clone(), tokio::spawn(poller.run(every)))
+        });
     let controllers: Vec<Controller<Terraform>> = scoped
         .into_iter()
-        .map(|(api, quota_api, (reader, writer), (_, quota_writer))| {
-            let index = index.clone();
-            let mapper = move |tf: Terraform| {
-                let dependants = index.observe(&tf.to_object());
-                dependants
-                    .into_iter()
-                    .map(|k| object_ref(&k))
-                    .collect::<Vec<_>>()
-            };
-            let selected = watcher::Config::default().labels(&settings.shard.selector());
-            let objects = watcher(api.clone(), selected.clone())
-                .default_backoff()
-                .modify(slim)
-                .reflect(writer)
-                .applied_objects();
-            let wake = queues.clone();
-            kube_runtime::Controller::for_stream(objects, reader)
-                .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-                // The same objects again, for their relations: a dependency whose readiness
-                // changed requeues the objects that wait for it, a dependant being deleted its
-                // dependencies.
-                .watches(api, selected, mapper)
-                // A quota's change wakes the longest waiters for a runner Pod.
-                .watches_stream(
-                    queue::quota_changes(quota_api, quota_writer),
-                    move |quota: ResourceQuota| wake.wake(&quota),
-                )
-                .graceful_shutdown_on(shutdown.clone())
-        })
+        .zip(woken)
+        .map(
+            |((api, quota_api, (reader, writer), (_, quota_writer)), woken)| {
+                let index = index.clone();
+                let mapper = move |tf: Terraform| {
+                    let dependants = index.observe(&tf.to_object());
+                    dependants
+                        .into_iter()
+                        .map(|k| object_ref(&k))
+                        .collect::<Vec<_>>()
+                };
+                let selected = watcher::Config::default().labels(&settings.shard.selector());
+                let objects = watcher(api.clone(), selected.clone())
+                    .default_backoff()
+                    .modify(slim)
+                    .reflect(writer)
+                    .applied_objects();
+                let wake = queues.clone();
+                kube_runtime::Controller::for_stream(objects, reader)
+                    .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+                    // The same objects again, for their relations: a dependency whose readiness
+                    // changed requeues the objects that wait for it, a dependant being deleted its
+                    // dependencies.
+                    .watches(api, selected, mapper)
+                    // A quota's change wakes the longest waiters for a runner Pod.
+                    .watches_stream(
+                        queue::quota_changes(quota_api, quota_writer),
+                        move |quota: ResourceQuota| wake.wake(&quota),
+                    )
+                    // The source poller's: objects behind their source's newest revision.
+                    .watches_stream(woken.map(Ok), |tf: Terraform| {
+                        Some(ObjectRef::from_obj(&tf))
+                    })
+                    .graceful_shutdown_on(shutdown.clone())
+            },
+        )
         .collect();
     let driver = Driver::new(ports.clone());
     let permits = Arc::new(tokio::sync::Semaphore::new(match settings.concurrency {
@@ -384,6 +420,7 @@ pub async fn run(
             index: index.clone(),
             stores: stores.clone(),
             queues: queues.clone(),
+            poller: poller.as_ref().map(|(p, _)| p.clone()),
             permits: permits.clone(),
             settings: settings.clone(),
         });
@@ -396,4 +433,7 @@ pub async fn run(
             })
     });
     futures::future::join_all(runs).await;
+    if let Some((_, polling)) = poller {
+        polling.abort();
+    }
 }

@@ -62,6 +62,12 @@ pub struct Flags {
     /// `spec.retryInterval` (Go duration).
     #[arg(long, env = "TFOPS_ERROR_REQUEUE_INTERVAL", default_value = "10s", value_parser = go_duration)]
     pub error_requeue_interval: Duration,
+    /// How often each distinct source (repository and reference) of the watched objects is
+    /// resolved, so that objects pick up a new revision at once rather than at their
+    /// `spec.interval`; one that changed nothing under an object's path costs it no runner Pod
+    /// (Go duration; `0`: no polling).
+    #[arg(long, env = "TFOPS_SOURCE_POLL_INTERVAL", default_value = "1m", value_parser = go_duration)]
+    pub source_poll_interval: Duration,
     /// The namespaces to watch, comma-separated; all when not given (the controller's RBAC
     /// may then be bound per namespace instead of cluster-wide).
     #[arg(
@@ -144,6 +150,7 @@ mod tests {
         assert_eq!(f.runner_creation_timeout, Duration::from_secs(120));
         assert_eq!(f.ca_validity_duration, Duration::from_secs(2160 * 3600));
         assert!(f.leader_election);
+        assert_eq!(f.source_poll_interval, Duration::from_secs(60));
         let f = Flags::try_parse_from([
             "tfops-manager",
             "--runner-pod-image",

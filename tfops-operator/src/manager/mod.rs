@@ -58,6 +58,8 @@ pub fn options(
         );
     }
     o.controller.error_requeue = flags.error_requeue_interval;
+    o.controller.source_poll_interval =
+        Some(flags.source_poll_interval).filter(|every| !every.is_zero());
     o.runner_creation_timeout = flags.runner_creation_timeout;
     o.runner_max_message = flags.runner_grpc_max_message_size;
     o.cert_rotation_check = flags.cert_rotation_check_frequency;
@@ -251,6 +253,16 @@ mod tests {
             (Duration::from_secs(20), Duration::from_secs(15))
         );
         assert_eq!(o.controller.error_requeue, Duration::from_secs(3));
+        assert_eq!(
+            o.controller.source_poll_interval,
+            Some(Duration::from_secs(60)),
+            "sources are polled by default"
+        );
+        let o = parse(&["--source-poll-interval", "0"]).unwrap();
+        assert_eq!(
+            o.controller.source_poll_interval, None,
+            "0 turns polling off"
+        );
         let e = parse(&["--ca-validity-duration", "1h", "--cert-renew-before", "2h"]).unwrap_err();
         assert!(
             e.to_string()

@@ -1,0 +1,250 @@
+//! The source poller: resolves each distinct source of the watched objects once per
+//! `--source-poll-interval` and wakes the objects that have not attempted its revision.
+//!
+//! Objects pick up a new revision at once instead of at their `spec.interval`, and one
+//! resolution serves every object of a repository (a monorepo of hundreds of objects costs one
+//! `ls-remote` per poll, not hundreds). A woken object's run looks at the source only and ends
+//! there, without a runner Pod, when the revision changed nothing under its path
+//! (`tfops_core::reconcile::Trigger::NewRevision`).
+//!
+//! The revisions seen are also what every run resolves: the newest resolution of a source, by
+//! when it was made, is the one objects compare with, so that a run which resolved a newer
+//! revision than the last poll wakes the rest of its source at once, and one that raced a
+//! later poll does not wake them again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedSender;
+use kube::runtime::reflector::Store;
+use tfops_core::api::{ObjectKey, SourceKind, SourceRef, TerraformObject};
+use tfops_core::ports::SourcePort;
+use tfops_core::reconcile::{Outcome, RunReport, StepKind};
+
+use crate::Terraform;
+
+/// Sources resolved at once while polling.
+const AT_ONCE: usize = 4;
+
+/// What identifies a source for every object reading it: the credentials' namespace when it
+/// has any, and the source reference without what only concerns one object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct SourceKey {
+    namespace: String,
+    source: String,
+}
+
+impl SourceKey {
+    /// `None` for sources nothing can poll (`Local`, for local mode only).
+    fn of(object: &TerraformObject) -> Option<Self> {
+        let source = &object.spec.source_ref;
+        if source.kind == SourceKind::Local {
+            return None;
+        }
+        let shared = SourceRef {
+            watch_paths: Vec::new(),
+            ..source.clone()
+        };
+        Some(Self {
+            namespace: if source.secret_ref.is_some() {
+                object.metadata.namespace.clone()
+            } else {
+                String::new()
+            },
+            source: serde_json::to_string(&shared).ok()?,
+        })
+    }
+}
+
+/// The newest resolution of a source.
+#[derive(Debug, Clone)]
+struct Seen {
+    revision: String,
+    at: jiff::Timestamp,
+}
+
+/// Polls the sources of the objects in `stores` (one store per watched scope, each with the
+/// channel that wakes its controller).
+pub(super) struct SourcePoller {
+    source: Arc<dyn SourcePort>,
+    stores: Vec<Store<Terraform>>,
+    wake: Vec<UnboundedSender<Terraform>>,
+    seen: Mutex<HashMap<SourceKey, Seen>>,
+}
+
+impl SourcePoller {
+    pub(super) fn new(
+        source: Arc<dyn SourcePort>,
+        stores: Vec<Store<Terraform>>,
+        wake: Vec<UnboundedSender<Terraform>>,
+    ) -> Self {
+        Self {
+            source,
+            stores,
+            wake,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<SourceKey, Seen>> {
+        // A panic while holding the lock leaves a map that is still whole (each change is
+        // one insert).
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The newest revision seen of `object`'s source, as text.
+    pub(super) fn revision(&self, object: &TerraformObject) -> Option<String> {
+        let key = SourceKey::of(object)?;
+        self.seen().get(&key).map(|s| s.revision.clone())
+    }
+
+    /// Takes in the revision a run of `object` resolved; a newer one than seen wakes the other
+    /// objects of its source.
+    pub(super) fn observe(&self, object: &TerraformObject, report: &RunReport) {
+        let resolved = report.records.iter().rev().find_map(|r| match &r.result {
+            Ok(Outcome::Resolved(revision)) if r.step == StepKind::ResolveSource => {
+                Some((revision.to_string(), r.at))
+            }
+            _ => None,
+        });
+        let (Some((revision, at)), Some(key)) = (resolved, SourceKey::of(object)) else {
+            return;
+        };
+        if self.record(&key, revision, at) {
+            self.wake_behind(&key);
+        }
+    }
+
+    /// Records a resolution unless a later one is known; whether the revision changed.
+    fn record(&self, key: &SourceKey, revision: String, at: jiff::Timestamp) -> bool {
+        let mut seen = self.seen();
+        match seen.get(key) {
+            Some(s) if s.at > at => false,
+            Some(s) if s.revision == revision => {
+                seen.insert(key.clone(), Seen { revision, at });
+                false
+            }
+            _ => {
+                seen.insert(key.clone(), Seen { revision, at });
+                true
+            }
+        }
+    }
+
+    /// Polls every `every` until the process ends.
+    pub(super) async fn run(self: Arc<Self>, every: Duration) {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            self.poll_once().await;
+        }
+    }
+
+    /// Resolves each source of the objects cached now once, and wakes those behind.
+    pub(super) async fn poll_once(&self) {
+        let mut sources: BTreeMap<SourceKey, (ObjectKey, SourceRef)> = BTreeMap::new();
+        for store in &self.stores {
+            for tf in store.state() {
+                let object = tf.to_object();
+                if let Some(key) = SourceKey::of(&object).filter(|_| pollable(&object)) {
+                    sources
+                        .entry(key)
+                        .or_insert_with(|| (object.key(), object.spec.source_ref.clone()));
+                }
+            }
+        }
+        let resolved: Vec<_> = futures::stream::iter(sources)
+            .map(|(key, (object, source))| async move {
+                let result = self.source.resolve(&object, &source).await;
+                (key, object, result, jiff::Timestamp::now())
+            })
+            .buffer_unordered(AT_ONCE)
+            .collect()
+            .await;
+        for (key, object, result, at) in resolved {
+            match result {
+                Ok(revision) => {
+                    self.record(&key, revision.to_string(), at);
+                    self.wake_behind(&key);
+                }
+                // The objects' own runs say what is wrong with a source, in their status.
+                Err(error) => {
+                    tracing::debug!(object = %object, %error, "polling the source failed");
+                }
+            }
+        }
+    }
+
+    /// Wakes the objects of `key`'s source that have not attempted its newest revision.
+    fn wake_behind(&self, key: &SourceKey) {
+        let Some(revision) = self.seen().get(key).map(|s| s.revision.clone()) else {
+            return;
+        };
+        for (store, wake) in self.stores.iter().zip(&self.wake) {
+            for tf in store.state() {
+                let object = tf.to_object();
+                let behind =
+                    object.status.last_attempted_revision.as_deref() != Some(revision.as_str());
+                if behind && pollable(&object) && SourceKey::of(&object).as_ref() == Some(key) {
+                    // The controller has stopped only when the process is ending.
+                    let _ = wake.unbounded_send(Terraform::clone(&tf));
+                }
+            }
+        }
+    }
+}
+
+/// Whether a poll may start a run of `object`: it has run before, is not being deleted or
+/// suspended, and is not failing (a failing object keeps its backoff).
+fn pollable(object: &TerraformObject) -> bool {
+    object.status.last_run_at.is_some()
+        && object.metadata.deletion_timestamp.is_none()
+        && object.suspension().is_none()
+        && object.status.reconciliation_failures == 0
+}
+
+/// How often sources are polled by default.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn object(namespace: &str, url: &str, secret: bool, watch: &[&str]) -> TerraformObject {
+        let mut spec = serde_json::json!({
+            "sourceRef": {"kind": "GitRepository", "url": url, "watchPaths": watch},
+        });
+        if secret {
+            spec["sourceRef"]["secretRef"] = serde_json::json!({"name": "git"});
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": namespace, "generation": 1},
+            "status": {},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn objects_share_a_source_unless_their_credentials_are_their_namespaces() {
+        let a = SourceKey::of(&object("x", "https://g/r.git", false, &["m/"]));
+        let b = SourceKey::of(&object("y", "https://g/r.git", false, &[]));
+        assert_eq!(
+            a, b,
+            "watchPaths and namespace do not split a public source"
+        );
+        let c = SourceKey::of(&object("x", "https://g/r.git", true, &[]));
+        let d = SourceKey::of(&object("y", "https://g/r.git", true, &[]));
+        assert_ne!(c, d, "a Secret is read in the object's namespace");
+        assert_ne!(
+            a,
+            SourceKey::of(&object("x", "https://g/other.git", false, &[]))
+        );
+    }
+}
