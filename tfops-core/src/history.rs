@@ -42,7 +42,8 @@ pub struct RunEntry {
     /// When it ended.
     pub finished_at: jiff::Timestamp,
     /// What started it: `created`, `spec changed (generation N)`, `approval`,
-    /// `replan requested`, `reconcile requested`, `deletion`, `resumed run`, `retry`, `interval`.
+    /// `replan requested`, `reconcile requested`, `deletion`, `resumed run`, `retry`, `interval`,
+    /// `new revision` (the source poller saw one before the interval).
     pub trigger: String,
     /// The source revision it ran (`main@sha1:…`), when resolved.
     #[serde(default)]
