@@ -49,6 +49,13 @@ struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 3600)]
     timeout: u64,
+    /// A monorepo: each object at its own path of the repository; once all are Ready, a
+    /// commit touching one object's path is measured (objects that ran, time to Ready).
+    #[arg(long)]
+    monorepo: bool,
+    /// The manager's `--source-poll-interval` (Go duration).
+    #[arg(long, default_value = "2s")]
+    source_poll_interval: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -181,23 +188,29 @@ async fn drive(args: Args) -> anyhow::Result<()> {
     Api::all(client.clone())
         .create(&PostParams::default(), &tfops_kube::crd()?)
         .await?;
-    // Every object on one repository of a real `git daemon`, as teams share a modules repo.
+    // Every object on one repository of a real `git daemon`, as teams share a modules repo;
+    // with --monorepo each object has a directory of its own there.
     let git = tests::git::GitDaemon::start();
-    git.commit(
-        "infra",
-        &[(
-            "main.tf",
-            "resource \"terraform_data\" \"x\" {\n  input = \"hello\"\n}\n",
-        )],
-    );
+    let config = "resource \"terraform_data\" \"x\" {\n  input = \"hello\"\n}\n";
+    let files: Vec<(String, &str)> = if args.monorepo {
+        (0..args.objects)
+            .map(|i| (format!("{}/main.tf", path_of(i)), config))
+            .collect()
+    } else {
+        vec![("main.tf".to_string(), config)]
+    };
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), *c)).collect();
+    git.commit("infra", &files);
     let url = git.url("infra");
     let api: Api<Terraform> = Api::namespaced(client.clone(), NAMESPACE);
     let created = Instant::now();
     let n = args.objects;
+    let monorepo = args.monorepo;
     futures::stream::iter(0..n)
         .map(|i| {
             let (api, url) = (api.clone(), url.clone());
             async move {
+                let path = if monorepo { path_of(i) } else { String::new() };
                 let body: Terraform = serde_json::from_value(json!({
                     "apiVersion": "infra.argocd.io/v1alpha1", "kind": "Terraform",
                     "metadata": {"name": format!("stack-{i:05}-x"), "labels": {"team": format!("t{}", i % 20)}},
@@ -205,6 +218,7 @@ async fn drive(args: Args) -> anyhow::Result<()> {
                         "interval": "1h",
                         "approvePlan": "auto",
                         "sourceRef": {"kind": "GitRepository", "url": url},
+                        "path": path,
                         "vars": [{"name": "region", "value": "eu-west-1"}, {"name": "index", "value": i}],
                     },
                 }))?;
@@ -239,6 +253,7 @@ async fn drive(args: Args) -> anyhow::Result<()> {
             .args(["--concurrent", &args.concurrent.to_string()])
             .args(["--kube-api-qps", &args.kube_api_qps.to_string()])
             .args(["--kube-api-burst", &args.kube_api_burst.to_string()])
+            .args(["--source-poll-interval", &args.source_poll_interval])
             .env("KUBECONFIG", &manager_config)
             .env("TFOPS_GIT_CACHE", &git_cache)
             .stdin(Stdio::null())
@@ -264,7 +279,15 @@ async fn drive(args: Args) -> anyhow::Result<()> {
     };
     let sampler = sample(pid, peak.clone());
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
-    let outcome = measure(&cluster, &api, n, started, deadline).await;
+    let mut outcome = measure(&cluster, &api, n, started, deadline).await;
+    if args.monorepo
+        && let Ok(figures) = &mut outcome
+    {
+        match one_commit(&cluster, &git, &api, n, deadline).await {
+            Ok(commit) => figures.commit = Some(commit),
+            Err(e) => outcome = Err(e),
+        }
+    }
     let (rss, _) = memory(pid).unwrap_or_default();
     let _ = child.kill();
     let _ = child.wait();
@@ -327,6 +350,20 @@ async fn drive(args: Args) -> anyhow::Result<()> {
         mib(peak),
         figures.idle_requests
     );
+    if let Some(c) = &figures.commit {
+        println!(
+            "| objects | poll interval | commit → touched object Ready | → every object saw it | objects that ran | manager requests |"
+        );
+        println!("| ---: | --- | ---: | ---: | ---: | ---: |");
+        println!(
+            "| {n} | {} | {:.2} s | {:.2} s | {} | {} |",
+            args.source_poll_interval,
+            c.touched_ready.as_secs_f64(),
+            c.all_seen.as_secs_f64(),
+            c.ran,
+            c.requests
+        );
+    }
     for (what, count) in &figures.per_run {
         eprintln!("scale: first runs made {count} × {what}");
     }
@@ -334,6 +371,7 @@ async fn drive(args: Args) -> anyhow::Result<()> {
 }
 
 struct Figures {
+    commit: Option<CommitFigures>,
     startup: Duration,
     all_ready: Duration,
     drift: Duration,
@@ -445,10 +483,100 @@ async fn measure(
         eprintln!("scale: idle requests {:?}", requests(cluster, from));
     }
     Ok(Figures {
+        commit: None,
         startup,
         all_ready,
         drift,
         idle_requests,
         per_run,
+    })
+}
+
+/// The directory of object `i` in a monorepo.
+fn path_of(i: usize) -> String {
+    format!("envs/stack-{i:05}-x")
+}
+
+/// What one commit touching one object's path cost.
+struct CommitFigures {
+    /// From the commit to the touched object Ready at it.
+    touched_ready: Duration,
+    /// From the commit to every object having it as `lastAttemptedRevision`.
+    all_seen: Duration,
+    /// Objects whose `lastRunAt` moved: runs made (each one starts a runner Pod; a look at a
+    /// revision that changed nothing of the object's does not move it).
+    ran: usize,
+    /// The manager's API requests meanwhile.
+    requests: usize,
+}
+
+/// Commits a change under the middle object's path and waits until every object saw it.
+async fn one_commit(
+    cluster: &TestCluster,
+    git: &tests::git::GitDaemon,
+    api: &Api<Terraform>,
+    n: usize,
+    deadline: Instant,
+) -> anyhow::Result<CommitFigures> {
+    let before: BTreeMap<String, Option<jiff::Timestamp>> = api
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|t| {
+            let ran = t.status.as_ref().and_then(|s| s.last_run_at);
+            (t.metadata.name.unwrap_or_default(), ran)
+        })
+        .collect();
+    let touched = n / 2;
+    let name = format!("stack-{touched:05}-x");
+    let from = cluster.audit().len();
+    let committed = Instant::now();
+    let commit = git.commit(
+        "infra",
+        &[(
+            format!("{}/main.tf", path_of(touched)).as_str(),
+            "resource \"terraform_data\" \"x\" {\n  input = \"changed\"\n}\n",
+        )],
+    );
+    let seen = |t: &Terraform| {
+        t.status.as_ref().is_some_and(|s| {
+            s.last_attempted_revision
+                .as_deref()
+                .is_some_and(|r| r.ends_with(&commit))
+        })
+    };
+    let touched_done = {
+        let (name, commit) = (name.clone(), commit.clone());
+        move |t: &Terraform| {
+            t.metadata.name.as_deref() != Some(name.as_str())
+                || (ready(t)
+                    && t.status.as_ref().is_some_and(|s| {
+                        s.last_applied_revision
+                            .as_deref()
+                            .is_some_and(|r| r.ends_with(&commit))
+                    }))
+        }
+    };
+    let (_, touched_at) = watch_until(api, n, deadline, touched_done).await?;
+    let (_, all_at) = watch_until(api, n, deadline, seen).await?;
+    // The touched object's history and status are written after its Ready: let them land.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = api.list(&Default::default()).await?.items;
+    let ran = after
+        .iter()
+        .filter(|t| {
+            let name = t.metadata.name.clone().unwrap_or_default();
+            let now = t.status.as_ref().and_then(|s| s.last_run_at);
+            before.get(&name).copied().flatten() != now
+        })
+        .count();
+    let requests = requests(cluster, from);
+    eprintln!("scale: one commit: requests {requests:?}");
+    Ok(CommitFigures {
+        touched_ready: touched_at - committed,
+        all_seen: all_at - committed,
+        ran,
+        requests: requests.values().sum(),
     })
 }
