@@ -146,6 +146,20 @@ pub fn trigger(before: &TerraformObject) -> String {
     }
 }
 
+/// Whether a reconcile only looked at a new revision the source poller saw, which changed
+/// nothing of the object's: it resolved and compared, nothing failed, and it neither waits
+/// (for dependencies, or in the runner queue) nor started anything. Such a look is no run: not
+/// in the history, not counted among runs.
+pub fn looked_only(report: &RunReport) -> bool {
+    let steps_looked = report.records.iter().all(|r| {
+        matches!(r.step, StepKind::ResolveSource | StepKind::CompareSource) && r.result.is_ok()
+    });
+    let waits = conditions::find(&report.status.conditions, ConditionType::Ready)
+        .is_some_and(|c| c.status == ConditionStatus::False)
+        || crate::reconcile::queue::waiting_since(&report.status).is_some();
+    !report.records.is_empty() && steps_looked && !waits
+}
+
 /// Whether `spec.interval` had elapsed since the last run when a run began at `at`.
 fn interval_elapsed(before: &TerraformObject, at: jiff::Timestamp) -> bool {
     let (Some(last), Ok(valid)) = (before.status.last_run_at, crate::api::validate(before)) else {
@@ -166,13 +180,7 @@ pub fn entry(
     }
     // A look at a new revision that changed nothing of the object's ran nothing either (and
     // a commit to a monorepo would otherwise add an entry to every object's history).
-    let looked_only = report.records.iter().all(|r| {
-        matches!(
-            r.step,
-            StepKind::ResolveSource | StepKind::CompareSource | StepKind::Done
-        ) && r.result.is_ok()
-    });
-    if looked_only && report.status.last_run_at == before.status.last_run_at {
+    if looked_only(report) && report.status.last_run_at == before.status.last_run_at {
         return None;
     }
     // An attempt that found no room for its runner Pod ran nothing: the queue is in `Ready`,

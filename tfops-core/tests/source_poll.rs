@@ -84,6 +84,7 @@ async fn a_polled_revision_elsewhere_starts_no_runner_and_keeps_the_drift_check_
     );
     let history = tfops_core::history::entry(&before, &report, before.status.last_run_at.unwrap());
     assert!(history.is_none(), "a look is no run in the history");
+    assert!(tfops_core::history::looked_only(&report));
 
     // The same revision again: nothing due.
     let report = polled(&w, &key).await;

@@ -16,7 +16,9 @@ pub struct TerraformStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
-    /// The source revision of the last run (`<ref>@sha1:<sha>` or `<tag>@sha256:<digest>`).
+    /// The source revision last resolved (`<ref>@sha1:<sha>` or `<tag>@sha256:<digest>`): by
+    /// the last run, or by a look at a new revision the source poller saw that changed nothing
+    /// of the object's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempted_revision: Option<String>,
     /// The source revision of the last plan.
@@ -40,7 +42,8 @@ pub struct TerraformStatus {
     /// When drift was last detected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_drift_detected_at: Option<jiff::Timestamp>,
-    /// When the last run ended; the next interval (or retry) counts from here.
+    /// When the last run ended; the next interval (or retry) counts from here. A look at a new
+    /// revision that changed nothing of the object's does not move it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run_at: Option<jiff::Timestamp>,
     /// The value of the `infra.argocd.io/reconcile` annotation last acted on.

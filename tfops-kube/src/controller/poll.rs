@@ -121,18 +121,7 @@ impl SourcePoller {
 
     /// Records a resolution unless a later one is known; whether the revision changed.
     fn record(&self, key: &SourceKey, revision: String, at: jiff::Timestamp) -> bool {
-        let mut seen = self.seen();
-        match seen.get(key) {
-            Some(s) if s.at > at => false,
-            Some(s) if s.revision == revision => {
-                seen.insert(key.clone(), Seen { revision, at });
-                false
-            }
-            _ => {
-                seen.insert(key.clone(), Seen { revision, at });
-                true
-            }
-        }
+        record(&mut self.seen(), key, revision, at)
     }
 
     /// Polls every `every` until the process ends.
@@ -199,6 +188,28 @@ impl SourcePoller {
     }
 }
 
+/// Records in `seen` a resolution of `key`'s source unless a later one is known (two runs, or
+/// a run and a poll, may finish in another order than they resolved); whether the revision
+/// seen changed.
+fn record(
+    seen: &mut HashMap<SourceKey, Seen>,
+    key: &SourceKey,
+    revision: String,
+    at: jiff::Timestamp,
+) -> bool {
+    match seen.get(key) {
+        Some(s) if s.at > at => false,
+        Some(s) if s.revision == revision => {
+            seen.insert(key.clone(), Seen { revision, at });
+            false
+        }
+        _ => {
+            seen.insert(key.clone(), Seen { revision, at });
+            true
+        }
+    }
+}
+
 /// Whether a poll may start a run of `object`: it has run before, is not being deleted or
 /// suspended, and is not failing (a failing object keeps its backoff).
 fn pollable(object: &TerraformObject) -> bool {
@@ -246,5 +257,27 @@ mod tests {
             a,
             SourceKey::of(&object("x", "https://g/other.git", false, &[]))
         );
+    }
+
+    #[test]
+    fn the_latest_resolution_wins_whatever_order_they_arrive_in() {
+        let key = SourceKey::of(&object("x", "https://g/r.git", false, &[])).unwrap();
+        let at = |s: i64| jiff::Timestamp::from_second(1_800_000_000 + s).unwrap();
+        let mut seen = HashMap::new();
+        assert!(record(&mut seen, &key, "main@sha1:b".into(), at(10)), "new");
+        assert!(
+            !record(&mut seen, &key, "main@sha1:a".into(), at(5)),
+            "older: ignored"
+        );
+        assert_eq!(seen[&key].revision, "main@sha1:b");
+        assert!(
+            !record(&mut seen, &key, "main@sha1:b".into(), at(20)),
+            "the same again"
+        );
+        assert!(
+            record(&mut seen, &key, "main@sha1:a".into(), at(30)),
+            "moved back: a change"
+        );
+        assert_eq!(seen[&key].revision, "main@sha1:a");
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use super::archives::ArchiveKey;
 use async_trait::async_trait;
 use tfops_core::api::{ObjectKey, SourceKind, SourceRef};
 use tfops_core::ports::{Artifact, PortError, Revision, SourcePort};
@@ -39,6 +40,8 @@ pub struct RemoteSources {
     credentials: Arc<dyn CredentialSource>,
     /// Refs resolved in this process, by (URL, sha), for the fetch that follows.
     resolved: Mutex<BTreeMap<(String, String), ResolvedRef>>,
+    /// The archives made lately: objects on one commit share one.
+    archives: super::archives::Archives,
 }
 
 impl std::fmt::Debug for RemoteSources {
@@ -142,6 +145,7 @@ impl RemoteSources {
             git: Arc::new(GitSource::new(cache)),
             credentials,
             resolved: Mutex::new(BTreeMap::new()),
+            archives: super::archives::Archives::default(),
         }
     }
 
@@ -227,6 +231,48 @@ impl SourcePort for RemoteSources {
         ignore: Option<&str>,
     ) -> Result<Artifact, PortError> {
         let data = self.data(object, source).await?;
+        let key = ArchiveKey {
+            url: source.url.clone(),
+            revision: revision.digest.clone(),
+            ignore: ignore.map(str::to_string),
+            submodules: source.recurse_submodules,
+            credentials: source
+                .secret_ref
+                .as_ref()
+                .map(|s| format!("{}/{}", object.namespace, s.name))
+                .unwrap_or_default(),
+        };
+        if let Some(artifact) = self.archives.get(&key) {
+            return Ok(artifact);
+        }
+        let artifact = self.archive_anew(source, revision, ignore, data).await?;
+        self.archives.put(key, artifact.clone());
+        Ok(artifact)
+    }
+
+    /// Git: the files the two commits' trees differ in. OCI: the layers' digests (an artifact
+    /// holds one archive, so a different layer is a change of everything, the same layer no
+    /// change at all).
+    async fn changes(
+        &self,
+        object: &ObjectKey,
+        source: &SourceRef,
+        from: &Revision,
+        to: &Revision,
+    ) -> Result<SourceChanges, PortError> {
+        self.changes_between(object, source, from, to).await
+    }
+}
+
+impl RemoteSources {
+    /// The tree at `revision` fetched and archived, with the credentials in `data`.
+    async fn archive_anew(
+        &self,
+        source: &SourceRef,
+        revision: &Revision,
+        ignore: Option<&str>,
+        data: Option<BTreeMap<String, Vec<u8>>>,
+    ) -> Result<Artifact, PortError> {
         if source.kind == SourceKind::OciRepository {
             let client = Self::oci_client(source, data.as_ref());
             let tree = tempfile::tempdir().map_err(|e| PortError::Unavailable(e.to_string()))?;
@@ -269,10 +315,8 @@ impl SourcePort for RemoteSources {
         .map_err(|e| PortError::Unavailable(e.to_string()))?
     }
 
-    /// Git: the files the two commits' trees differ in. OCI: the layers' digests (an artifact
-    /// holds one archive, so a different layer is a change of everything, the same layer no
-    /// change at all).
-    async fn changes(
+    /// [`SourcePort::changes`].
+    async fn changes_between(
         &self,
         object: &ObjectKey,
         source: &SourceRef,

@@ -31,7 +31,8 @@ fn is_run(kind: StepKind) -> bool {
 /// (a dependency, dependants, suspension, a runner Pod its quota has no room for:
 /// `Ready=Unknown`, `RunnerQuotaExhausted`).
 pub(super) fn result(report: &RunReport) -> Option<(&'static str, &'static str)> {
-    if !report.records.iter().any(|r| is_run(r.step)) {
+    // A look at a new revision that changed nothing of the object's is no run.
+    if !report.records.iter().any(|r| is_run(r.step)) || tfops_core::history::looked_only(report) {
         return None;
     }
     let status = &report.status;

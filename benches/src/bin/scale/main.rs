@@ -14,6 +14,8 @@
 //! `scale manager FLAGS…` is the manager itself (`tfops_operator::manager` with the double):
 //! the driver starts it as a child so that its memory is its own.
 
+mod commit;
+
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -194,7 +196,7 @@ async fn drive(args: Args) -> anyhow::Result<()> {
     let config = "resource \"terraform_data\" \"x\" {\n  input = \"hello\"\n}\n";
     let files: Vec<(String, &str)> = if args.monorepo {
         (0..args.objects)
-            .map(|i| (format!("{}/main.tf", path_of(i)), config))
+            .map(|i| (format!("{}/main.tf", commit::path_of(i)), config))
             .collect()
     } else {
         vec![("main.tf".to_string(), config)]
@@ -210,7 +212,7 @@ async fn drive(args: Args) -> anyhow::Result<()> {
         .map(|i| {
             let (api, url) = (api.clone(), url.clone());
             async move {
-                let path = if monorepo { path_of(i) } else { String::new() };
+                let path = if monorepo { commit::path_of(i) } else { String::new() };
                 let body: Terraform = serde_json::from_value(json!({
                     "apiVersion": "infra.argocd.io/v1alpha1", "kind": "Terraform",
                     "metadata": {"name": format!("stack-{i:05}-x"), "labels": {"team": format!("t{}", i % 20)}},
@@ -283,7 +285,7 @@ async fn drive(args: Args) -> anyhow::Result<()> {
     if args.monorepo
         && let Ok(figures) = &mut outcome
     {
-        match one_commit(&cluster, &git, &api, n, deadline).await {
+        match commit::one_commit(&cluster, &git, &api, n, deadline).await {
             Ok(commit) => figures.commit = Some(commit),
             Err(e) => outcome = Err(e),
         }
@@ -371,7 +373,7 @@ async fn drive(args: Args) -> anyhow::Result<()> {
 }
 
 struct Figures {
-    commit: Option<CommitFigures>,
+    commit: Option<commit::CommitFigures>,
     startup: Duration,
     all_ready: Duration,
     drift: Duration,
@@ -489,94 +491,5 @@ async fn measure(
         drift,
         idle_requests,
         per_run,
-    })
-}
-
-/// The directory of object `i` in a monorepo.
-fn path_of(i: usize) -> String {
-    format!("envs/stack-{i:05}-x")
-}
-
-/// What one commit touching one object's path cost.
-struct CommitFigures {
-    /// From the commit to the touched object Ready at it.
-    touched_ready: Duration,
-    /// From the commit to every object having it as `lastAttemptedRevision`.
-    all_seen: Duration,
-    /// Objects whose `lastRunAt` moved: runs made (each one starts a runner Pod; a look at a
-    /// revision that changed nothing of the object's does not move it).
-    ran: usize,
-    /// The manager's API requests meanwhile.
-    requests: usize,
-}
-
-/// Commits a change under the middle object's path and waits until every object saw it.
-async fn one_commit(
-    cluster: &TestCluster,
-    git: &tests::git::GitDaemon,
-    api: &Api<Terraform>,
-    n: usize,
-    deadline: Instant,
-) -> anyhow::Result<CommitFigures> {
-    let before: BTreeMap<String, Option<jiff::Timestamp>> = api
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .map(|t| {
-            let ran = t.status.as_ref().and_then(|s| s.last_run_at);
-            (t.metadata.name.unwrap_or_default(), ran)
-        })
-        .collect();
-    let touched = n / 2;
-    let name = format!("stack-{touched:05}-x");
-    let from = cluster.audit().len();
-    let committed = Instant::now();
-    let commit = git.commit(
-        "infra",
-        &[(
-            format!("{}/main.tf", path_of(touched)).as_str(),
-            "resource \"terraform_data\" \"x\" {\n  input = \"changed\"\n}\n",
-        )],
-    );
-    let seen = |t: &Terraform| {
-        t.status.as_ref().is_some_and(|s| {
-            s.last_attempted_revision
-                .as_deref()
-                .is_some_and(|r| r.ends_with(&commit))
-        })
-    };
-    let touched_done = {
-        let (name, commit) = (name.clone(), commit.clone());
-        move |t: &Terraform| {
-            t.metadata.name.as_deref() != Some(name.as_str())
-                || (ready(t)
-                    && t.status.as_ref().is_some_and(|s| {
-                        s.last_applied_revision
-                            .as_deref()
-                            .is_some_and(|r| r.ends_with(&commit))
-                    }))
-        }
-    };
-    let (_, touched_at) = watch_until(api, n, deadline, touched_done).await?;
-    let (_, all_at) = watch_until(api, n, deadline, seen).await?;
-    // The touched object's history and status are written after its Ready: let them land.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = api.list(&Default::default()).await?.items;
-    let ran = after
-        .iter()
-        .filter(|t| {
-            let name = t.metadata.name.clone().unwrap_or_default();
-            let now = t.status.as_ref().and_then(|s| s.last_run_at);
-            before.get(&name).copied().flatten() != now
-        })
-        .count();
-    let requests = requests(cluster, from);
-    eprintln!("scale: one commit: requests {requests:?}");
-    Ok(CommitFigures {
-        touched_ready: touched_at - committed,
-        all_seen: all_at - committed,
-        ran,
-        requests: requests.values().sum(),
     })
 }
