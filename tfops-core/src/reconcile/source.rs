@@ -31,8 +31,11 @@ use crate::ports::Revision;
 /// or the pending plan's when nothing of the object's changed since. A run started by the
 /// poller alone ends when nothing of the object's changed ([`End::SourceSeen`]).
 pub(super) fn source(run: &mut Run<'_>, valid: &ValidSpec) -> Result<Revision, Stop> {
-    let resolved = resolve(run)?;
+    let resolved = resolved(run)?;
     let (revision, changed) = since_last(run, &resolved)?;
+    // Recorded once the comparison is made: a look at a revision that changed nothing of the
+    // object's then writes its status once (a commit to a monorepo is a write per object).
+    run.st.last_attempted_revision = Some(resolved.to_string());
     if source_only(run, valid) {
         if !changed {
             return Err(Stop::End(End::SourceSeen));
@@ -53,14 +56,20 @@ pub(super) fn fetch(run: &mut Run<'_>) -> Result<(), Stop> {
     run.need(Step::FetchSource).map(drop)
 }
 
-/// The source revision: what every run that executes Terraform needs first.
+/// The source revision (recorded as the last attempted one): what every run that executes
+/// Terraform needs first.
 pub(super) fn resolve(run: &mut Run<'_>) -> Result<Revision, Stop> {
-    let revision = match run.need(Step::ResolveSource)? {
-        (Outcome::Resolved(r), _) => r.clone(),
-        _ => return Err(unexpected(StepKind::ResolveSource)),
-    };
+    let revision = resolved(run)?;
     run.st.last_attempted_revision = Some(revision.to_string());
     Ok(revision)
+}
+
+/// The source revision, once resolved.
+fn resolved(run: &Run<'_>) -> Result<Revision, Stop> {
+    match run.need(Step::ResolveSource)? {
+        (Outcome::Resolved(r), _) => Ok(r.clone()),
+        _ => Err(unexpected(StepKind::ResolveSource)),
+    }
 }
 
 /// The revision the run plans as, once the source said whether `resolved` changed anything

@@ -249,6 +249,9 @@ async fn reconcile_once(
     else {
         ctx.index.forget(&key);
         ctx.queues.forget(&key);
+        if let Some(poller) = &ctx.poller {
+            poller.forget(&key);
+        }
         return Ok(None);
     };
     if !ctx.settings.shard.owns(fresh.labels()) {

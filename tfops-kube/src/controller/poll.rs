@@ -72,6 +72,10 @@ pub(super) struct SourcePoller {
     stores: Vec<Store<Terraform>>,
     wake: Vec<UnboundedSender<Terraform>>,
     seen: Mutex<HashMap<SourceKey, Seen>>,
+    /// The revision each object was last woken for: once is enough (a woken object's
+    /// reconcile runs, or its own requeue follows), and a poll while hundreds of looks are
+    /// still queued would wake them all again.
+    woken: Mutex<HashMap<ObjectKey, String>>,
 }
 
 impl SourcePoller {
@@ -85,6 +89,7 @@ impl SourcePoller {
             stores,
             wake,
             seen: Mutex::new(HashMap::new()),
+            woken: Mutex::new(HashMap::new()),
         }
     }
 
@@ -100,6 +105,14 @@ impl SourcePoller {
     pub(super) fn revision(&self, object: &TerraformObject) -> Option<String> {
         let key = SourceKey::of(object)?;
         self.seen().get(&key).map(|s| s.revision.clone())
+    }
+
+    /// Forgets a deleted object.
+    pub(super) fn forget(&self, key: &ObjectKey) {
+        self.woken
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
     }
 
     /// Takes in the revision a run of `object` resolved; a newer one than seen wakes the other
@@ -174,15 +187,21 @@ impl SourcePoller {
         let Some(revision) = self.seen().get(key).map(|s| s.revision.clone()) else {
             return;
         };
+        let mut woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
         for (store, wake) in self.stores.iter().zip(&self.wake) {
             for tf in store.state() {
                 let object = tf.to_object();
                 let behind =
                     object.status.last_attempted_revision.as_deref() != Some(revision.as_str());
-                if behind && pollable(&object) && SourceKey::of(&object).as_ref() == Some(key) {
-                    // The controller has stopped only when the process is ending.
-                    let _ = wake.unbounded_send(Terraform::clone(&tf));
+                if !behind || !pollable(&object) || SourceKey::of(&object).as_ref() != Some(key) {
+                    continue;
                 }
+                if woken.get(&object.key()) == Some(&revision) {
+                    continue;
+                }
+                woken.insert(object.key(), revision.clone());
+                // The controller has stopped only when the process is ending.
+                let _ = wake.unbounded_send(Terraform::clone(&tf));
             }
         }
     }
