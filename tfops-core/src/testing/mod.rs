@@ -484,14 +484,7 @@ impl FakeWorld {
         key: &ObjectKey,
         queue: RunnerQueue,
     ) -> Result<Option<RunReport>, DriverError> {
-        let Some(object) = self.object(key) else {
-            return Ok(None);
-        };
-        let (dependencies, dependants) = self.relations(&object);
-        Driver::new(self.ports())
-            .reconcile_queued(object, dependencies, dependants, queue)
-            .await
-            .map(Some)
+        self.reconcile_polled(key, queue, None).await
     }
 }
 

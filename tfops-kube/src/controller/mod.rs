@@ -338,6 +338,58 @@ fn scopes(
         .collect()
 }
 
+/// What one watched scope's controller is built from.
+struct Scope {
+    api: Api<Terraform>,
+    quota_api: Api<ResourceQuota>,
+    reader: Store<Terraform>,
+    writer: reflector::store::Writer<Terraform>,
+    quota_writer: reflector::store::Writer<ResourceQuota>,
+    /// The source poller's wake-ups for this scope.
+    woken: futures::channel::mpsc::UnboundedReceiver<Terraform>,
+}
+
+/// The controller of one watched scope: its objects, their relations, quota changes and the
+/// source poller's wake-ups.
+fn controller(
+    scope: Scope,
+    index: &Arc<DependsIndex>,
+    queues: &Arc<RunnerQueues>,
+    settings: &Settings,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Controller<Terraform> {
+    let index = index.clone();
+    let mapper = move |tf: Terraform| {
+        let dependants = index.observe(&tf.to_object());
+        dependants
+            .into_iter()
+            .map(|k| object_ref(&k))
+            .collect::<Vec<_>>()
+    };
+    let selected = watcher::Config::default().labels(&settings.shard.selector());
+    let objects = watcher(scope.api.clone(), selected.clone())
+        .default_backoff()
+        .modify(slim)
+        .reflect(scope.writer)
+        .applied_objects();
+    let wake = queues.clone();
+    kube_runtime::Controller::for_stream(objects, scope.reader)
+        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+        // The same objects again, for their relations: a dependency whose readiness changed
+        // requeues the objects that wait for it, a dependant being deleted its dependencies.
+        .watches(scope.api, selected, mapper)
+        // A quota's change wakes the longest waiters for a runner Pod.
+        .watches_stream(
+            queue::quota_changes(scope.quota_api, scope.quota_writer),
+            move |quota: ResourceQuota| wake.wake(&quota),
+        )
+        // The source poller's: objects behind their source's newest revision.
+        .watches_stream(scope.woken.map(Ok), |tf: Terraform| {
+            Some(ObjectRef::from_obj(&tf))
+        })
+        .graceful_shutdown_on(shutdown)
+}
+
 /// Runs the controller until `shutdown` resolves (reconciles under way finish first).
 pub async fn run(
     client: kube::Client,
@@ -375,37 +427,15 @@ pub async fn run(
         .zip(woken)
         .map(
             |((api, quota_api, (reader, writer), (_, quota_writer)), woken)| {
-                let index = index.clone();
-                let mapper = move |tf: Terraform| {
-                    let dependants = index.observe(&tf.to_object());
-                    dependants
-                        .into_iter()
-                        .map(|k| object_ref(&k))
-                        .collect::<Vec<_>>()
+                let scope = Scope {
+                    api,
+                    quota_api,
+                    reader,
+                    writer,
+                    quota_writer,
+                    woken,
                 };
-                let selected = watcher::Config::default().labels(&settings.shard.selector());
-                let objects = watcher(api.clone(), selected.clone())
-                    .default_backoff()
-                    .modify(slim)
-                    .reflect(writer)
-                    .applied_objects();
-                let wake = queues.clone();
-                kube_runtime::Controller::for_stream(objects, reader)
-                    .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-                    // The same objects again, for their relations: a dependency whose readiness
-                    // changed requeues the objects that wait for it, a dependant being deleted its
-                    // dependencies.
-                    .watches(api, selected, mapper)
-                    // A quota's change wakes the longest waiters for a runner Pod.
-                    .watches_stream(
-                        queue::quota_changes(quota_api, quota_writer),
-                        move |quota: ResourceQuota| wake.wake(&quota),
-                    )
-                    // The source poller's: objects behind their source's newest revision.
-                    .watches_stream(woken.map(Ok), |tf: Terraform| {
-                        Some(ObjectRef::from_obj(&tf))
-                    })
-                    .graceful_shutdown_on(shutdown.clone())
+                controller(scope, &index, &queues, &settings, shutdown.clone())
             },
         )
         .collect();
