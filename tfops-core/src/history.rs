@@ -155,7 +155,7 @@ pub fn looked_only(report: &RunReport) -> bool {
         matches!(r.step, StepKind::ResolveSource | StepKind::CompareSource) && r.result.is_ok()
     });
     let waits = conditions::find(&report.status.conditions, ConditionType::Ready)
-        .is_some_and(|c| c.status == ConditionStatus::False)
+        .is_some_and(|c| c.reason == crate::conditions::Reason::DependencyNotReady.as_str())
         || crate::reconcile::queue::waiting_since(&report.status).is_some();
     !report.records.is_empty() && steps_looked && !waits
 }
@@ -194,7 +194,9 @@ pub fn entry(
     }
     let status = &report.status;
     let mut entry = blank(before, report, started_at);
-    if entry.trigger == "interval" && !interval_elapsed(before, started_at) {
+    let new_revision =
+        report.status.last_attempted_revision != before.status.last_attempted_revision;
+    if entry.trigger == "interval" && new_revision && !interval_elapsed(before, started_at) {
         // Only a revision the source poller saw starts a run before its interval.
         entry.trigger = "new revision".into();
     }

@@ -230,3 +230,48 @@ async fn with_no_room_for_a_runner_a_foreign_revision_is_still_seen_and_an_own_o
         ready(&w, &key)
     );
 }
+
+#[tokio::test]
+async fn a_look_waits_for_no_dependency_and_a_change_of_its_own_does() {
+    let w = world();
+    let vpc = w.create(object(
+        "vpc",
+        json!({"approvePlan": "auto", "path": "envs/vpc"}),
+    ));
+    let app = w.create(object(
+        "app",
+        json!({"approvePlan": "auto", "path": "envs/app", "dependsOn": [{"name": "vpc"}]}),
+    ));
+    reconcile(&w, &vpc).await;
+    reconcile(&w, &app).await;
+    assert_eq!(w.applies(&app), 1);
+
+    // vpc now waits for a human on a change of its own: not Ready.
+    w.edit(&vpc, |s| s.approve_plan = String::new());
+    w.publish(REPO, "main", SHA2, &[("terraform_data.a", "5")]);
+    w.changed_between(SHA1, SHA2, &["envs/vpc/main.tf"]);
+    reconcile(&w, &vpc).await;
+    assert_eq!(ready(&w, &vpc).1, "TerraformPlannedWithChanges");
+
+    // app's look at it: nothing of app's changed, so it waits for nothing.
+    w.advance(Duration::from_secs(30));
+    polled(&w, &app).await;
+    assert_eq!(ready(&w, &app).1, "TerraformAppliedSucceed");
+    let sha2 = format!("main@sha1:{SHA2}");
+    let st = w.object(&app).unwrap().status;
+    assert_eq!(st.last_applied_revision.as_deref(), Some(sha2.as_str()));
+
+    // A change of app's own: it waits for vpc, and says so.
+    w.publish(REPO, "main", SHA3, &[("terraform_data.a", "7")]);
+    w.changed_between(SHA2, SHA3, &["envs/app/main.tf"]);
+    w.advance(Duration::from_secs(30));
+    let report = polled(&w, &app).await;
+    assert_eq!(ready(&w, &app).1, "DependencyNotReady");
+    assert!(!tfops_core::history::looked_only(&report), "a wait is no look");
+    assert_eq!(w.applies(&app), 1);
+    // Its retry (the revision still not attempted) waits as long as vpc is not Ready.
+    w.advance(Duration::from_secs(16));
+    polled(&w, &app).await;
+    assert_eq!(ready(&w, &app).1, "DependencyNotReady");
+    assert_eq!(w.applies(&app), 1);
+}

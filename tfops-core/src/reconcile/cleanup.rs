@@ -61,7 +61,7 @@ fn end(mut run: Run<'_>, ended: End) -> Decision {
         }
         End::Waiting => return waiting(run),
         End::Stalled => None,
-        End::SourceSeen => return source_seen(run),
+        End::SourceSeen(next) => return source_seen(run, next),
     };
     run.st.observed_generation = run.generation();
     run.st.last_run_at = Some(ended_at(&run));
@@ -85,18 +85,12 @@ fn succeeded(run: &mut Run<'_>) {
 
 /// A new revision that changed nothing of the object's, in a run only it started: recorded
 /// (`lastAttemptedRevision`, and `lastAppliedRevision` when it counts as applied), without
-/// moving `lastRunAt`. Back when the interval, counted from the last run, elapses.
-fn source_seen(mut run: Run<'_>) -> Decision {
+/// moving `lastRunAt`. Back when it is due again (`next`: its interval, counted from the last
+/// run, or an apply window's opening).
+fn source_seen(mut run: Run<'_>, next: Option<Duration>) -> Decision {
     run.remove(ConditionType::Reconciling);
-    let since = run.start().last_run_at.map_or(Duration::ZERO, |last| {
-        super::timing::elapsed(last, ended_at(&run))
-    });
-    let wait = run
-        .interval
-        .saturating_sub(since)
-        .max(Duration::from_secs(1));
     run.next(Step::Done {
-        requeue_after: Some(wait),
+        requeue_after: next.map(|d| d.max(Duration::from_secs(1))),
     })
 }
 

@@ -80,7 +80,11 @@ fn steps(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> {
     let done = match restart::restart(run)? {
         Some(recorded) => apply::resumed(run, recorded)?,
         None => {
-            dependencies::dependencies(run, None)?;
+            // A run only the poller started waits for nothing before it knows the revision
+            // concerns the object ([`source::source`] checks dependencies then).
+            if !trigger::source_only(run, valid) {
+                dependencies::dependencies(run, None)?;
+            }
             let revision = source::source(run, valid)?;
             runner::runner(run)?;
             let inputs = setup::setup(run)?;

@@ -55,8 +55,9 @@ pub(super) enum End {
     Stalled,
     /// A run started only by a revision the caller's poller saw, which changed nothing of the
     /// object's: the revision is recorded as seen, and the interval's clock runs on (no
-    /// `lastRunAt`), so the drift check comes when it would have.
-    SourceSeen,
+    /// `lastRunAt`), so the drift check comes when it would have: after the duration given
+    /// (`None`: only on a change).
+    SourceSeen(Option<Duration>),
 }
 
 /// What `Ready` says when a run's work is done (set after outputs and health checks).

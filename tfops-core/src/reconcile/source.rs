@@ -38,9 +38,10 @@ pub(super) fn source(run: &mut Run<'_>, valid: &ValidSpec) -> Result<Revision, S
     run.st.last_attempted_revision = Some(resolved.to_string());
     if source_only(run, valid) {
         if !changed {
-            return Err(Stop::End(End::SourceSeen));
+            return Err(Stop::End(End::SourceSeen(next_due(run, valid))));
         }
         mark_started(run);
+        dependencies(run, None)?;
         // It needs a runner Pod now: it takes its turn in the queue like any other run.
         if let Slot::Full { why } = &run.s.queue.slot {
             return Err(Stop::End(End::Queued(why.clone())));
@@ -49,6 +50,16 @@ pub(super) fn source(run: &mut Run<'_>, valid: &ValidSpec) -> Result<Revision, S
     dependencies(run, Some(&resolved))?;
     fetch(run)?;
     Ok(revision)
+}
+
+/// When the object is due again after a look at a revision that changed nothing of its own:
+/// at its interval, or when an apply window it waits for opens (`None`: only on a change).
+fn next_due(run: &Run<'_>, valid: &ValidSpec) -> Option<std::time::Duration> {
+    let s = run.s;
+    match super::timing::due(&s.object, valid, &s.queue, None, s.started_at) {
+        Err(next) => next,
+        Ok(_) => Some(std::time::Duration::from_secs(1)),
+    }
 }
 
 /// The tree at the resolved revision, archived.

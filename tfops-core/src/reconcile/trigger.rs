@@ -45,12 +45,13 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
         .is_some_and(|c| c.reason == Reason::Suspended.as_str());
     let mut takes_turn = false;
     if !started && !resuming && !resumed {
+        // At the run's start, as [`source_only`] asks it: every decision of the run agrees.
         match timing::due(
             &s.object,
             valid,
             &s.queue,
             s.source_revision.as_deref(),
-            s.now,
+            s.started_at,
         ) {
             Err(next) => {
                 return Err(Stop::next(Step::Done {

@@ -128,7 +128,7 @@ impl SourcePoller {
             return;
         };
         if self.record(&key, revision, at) {
-            self.wake_behind(&key);
+            self.wake_behind(Some(&key));
         }
     }
 
@@ -172,7 +172,6 @@ impl SourcePoller {
             match result {
                 Ok(revision) => {
                     self.record(&key, revision.to_string(), at);
-                    self.wake_behind(&key);
                 }
                 // The objects' own runs say what is wrong with a source, in their status.
                 Err(error) => {
@@ -180,23 +179,31 @@ impl SourcePoller {
                 }
             }
         }
+        self.wake_behind(None);
     }
 
-    /// Wakes the objects of `key`'s source that have not attempted its newest revision.
-    fn wake_behind(&self, key: &SourceKey) {
-        let Some(revision) = self.seen().get(key).map(|s| s.revision.clone()) else {
+    /// Wakes the objects that have not attempted their source's newest revision (of `only`'s
+    /// source, or of every source), each once per revision: one pass over the cached objects.
+    fn wake_behind(&self, only: Option<&SourceKey>) {
+        let seen: HashMap<SourceKey, String> = self
+            .seen()
+            .iter()
+            .filter(|(k, _)| only.is_none_or(|o| o == *k))
+            .map(|(k, s)| (k.clone(), s.revision.clone()))
+            .collect();
+        if seen.is_empty() {
             return;
-        };
+        }
         let mut woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
         for (store, wake) in self.stores.iter().zip(&self.wake) {
             for tf in store.state() {
                 let object = tf.to_object();
+                let Some(revision) = SourceKey::of(&object).and_then(|k| seen.get(&k)) else {
+                    continue;
+                };
                 let behind =
                     object.status.last_attempted_revision.as_deref() != Some(revision.as_str());
-                if !behind || !pollable(&object) || SourceKey::of(&object).as_ref() != Some(key) {
-                    continue;
-                }
-                if woken.get(&object.key()) == Some(&revision) {
+                if !behind || !pollable(&object) || woken.get(&object.key()) == Some(revision) {
                     continue;
                 }
                 woken.insert(object.key(), revision.clone());
