@@ -267,7 +267,10 @@ async fn a_look_waits_for_no_dependency_and_a_change_of_its_own_does() {
     w.advance(Duration::from_secs(30));
     let report = polled(&w, &app).await;
     assert_eq!(ready(&w, &app).1, "DependencyNotReady");
-    assert!(!tfops_core::history::looked_only(&report), "a wait is no look");
+    assert!(
+        !tfops_core::history::looked_only(&report),
+        "a wait is no look"
+    );
     assert_eq!(w.applies(&app), 1);
     // Its retry (the revision still not attempted) waits as long as vpc is not Ready.
     w.advance(Duration::from_secs(16));
