@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::api::{TerraformObject, annotations};
-use crate::conditions::{self, ConditionStatus, ConditionType};
+use crate::conditions::{self, ConditionStatus, ConditionType, Reason};
 use crate::reconcile::{Outcome, Record, RunReport, StepFailure, StepKind};
 
 /// How many runs are kept per object.
@@ -154,9 +154,15 @@ pub fn looked_only(report: &RunReport) -> bool {
     let steps_looked = report.records.iter().all(|r| {
         matches!(r.step, StepKind::ResolveSource | StepKind::CompareSource) && r.result.is_ok()
     });
-    let waits = conditions::find(&report.status.conditions, ConditionType::Ready)
-        .is_some_and(|c| c.reason == crate::conditions::Reason::DependencyNotReady.as_str())
-        || crate::reconcile::queue::waiting_since(&report.status).is_some();
+    // A look leaves `Ready` as it found it, and a look starts only without failures: the
+    // `Ready=False` it may find is reported drift. Any other, or a dependency or the queue
+    // to wait for, is a run's.
+    let waits =
+        conditions::find(&report.status.conditions, ConditionType::Ready).is_some_and(|c| {
+            c.reason == Reason::DependencyNotReady.as_str()
+                || (c.status == ConditionStatus::False
+                    && c.reason != Reason::DriftDetected.as_str())
+        }) || crate::reconcile::queue::waiting_since(&report.status).is_some();
     !report.records.is_empty() && steps_looked && !waits
 }
 
@@ -449,5 +455,31 @@ mod tests {
         assert_eq!(runs.len(), MAX_RUNS);
         assert_eq!(runs[0].trigger, "run 11");
         assert_eq!(runs[9].trigger, "run 2");
+    }
+
+    #[test]
+    fn a_look_is_no_run_unless_it_waits_or_ended_in_a_failure() {
+        let report = |reason: &str, status: &str| RunReport {
+            records: vec![Record {
+                step: StepKind::ResolveSource,
+                at: jiff::Timestamp::UNIX_EPOCH,
+                result: Ok(Outcome::Fetched {
+                    sha256: String::new(),
+                }),
+            }],
+            requeue_after: None,
+            status: serde_json::from_value(serde_json::json!({"conditions": [{
+                "type": "Ready", "status": status, "reason": reason,
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+            .unwrap(),
+            output_tail: String::new(),
+        };
+        assert!(looked_only(&report("TerraformAppliedSucceed", "True")));
+        assert!(
+            looked_only(&report("DriftDetected", "False")),
+            "reported drift stays"
+        );
+        assert!(!looked_only(&report("DependencyNotReady", "Unknown")));
+        assert!(!looked_only(&report("SourceFetchFailed", "False")));
     }
 }
