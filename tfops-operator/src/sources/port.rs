@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use super::archives::ArchiveKey;
 use async_trait::async_trait;
 use tfops_core::api::{ObjectKey, SourceKind, SourceRef};
 use tfops_core::ports::{Artifact, PortError, Revision, SourcePort};
 use tfops_core::source::SourceChanges;
 use tfops_core::source::refs::ResolvedRef;
 
+use super::archives::{ArchiveKey, Archives};
 use super::git::{GitCredentials, GitError, GitSource};
 use super::oci::{self, OciCredentials, OciError, OciSource};
 
@@ -41,7 +41,7 @@ pub struct RemoteSources {
     /// Refs resolved in this process, by (URL, sha), for the fetch that follows.
     resolved: Mutex<BTreeMap<(String, String), ResolvedRef>>,
     /// The archives made lately: objects on one commit share one.
-    archives: super::archives::Archives,
+    archives: Archives,
 }
 
 impl std::fmt::Debug for RemoteSources {
@@ -145,7 +145,7 @@ impl RemoteSources {
             git: Arc::new(GitSource::new(cache)),
             credentials,
             resolved: Mutex::new(BTreeMap::new()),
-            archives: super::archives::Archives::default(),
+            archives: Archives::default(),
         }
     }
 
@@ -260,7 +260,42 @@ impl SourcePort for RemoteSources {
         from: &Revision,
         to: &Revision,
     ) -> Result<SourceChanges, PortError> {
-        self.changes_between(object, source, from, to).await
+        let data = self.data(object, source).await?;
+        if source.kind == SourceKind::OciRepository {
+            let client = Self::oci_client(source, data.as_ref());
+            let creds = oci_credentials(data.as_ref(), &source.url);
+            let old = client.layer_digest(&source.url, &from.digest, &creds).await;
+            let new = client.layer_digest(&source.url, &to.digest, &creds).await;
+            return Ok(match (old, new) {
+                (Ok(a), Ok(b)) if a == b => SourceChanges::Identical,
+                (_, Err(e)) => return Err(oci_error(e)),
+                // The earlier artifact may be gone from the registry: a change.
+                _ => SourceChanges::Unknown,
+            });
+        }
+        if !is_git(source) {
+            return Ok(SourceChanges::Unknown);
+        }
+        let to_ref = lock(&self.resolved)
+            .get(&(source.url.clone(), to.sha().to_string()))
+            .cloned()
+            .unwrap_or_else(|| ResolvedRef {
+                name: to.reference.clone(),
+                fetch: to.sha().to_string(),
+                sha: to.sha().to_string(),
+            });
+        let (git, url, from, creds) = (
+            self.git.clone(),
+            source.url.clone(),
+            from.sha().to_string(),
+            git_credentials(data.as_ref()),
+        );
+        let files =
+            tokio::task::spawn_blocking(move || git.changed_files(&url, &from, &to_ref, &creds))
+                .await
+                .map_err(|e| PortError::Unavailable(e.to_string()))?
+                .map_err(git_error)?;
+        Ok(SourceChanges::Files(files))
     }
 }
 
@@ -313,51 +348,5 @@ impl RemoteSources {
         })
         .await
         .map_err(|e| PortError::Unavailable(e.to_string()))?
-    }
-
-    /// [`SourcePort::changes`].
-    async fn changes_between(
-        &self,
-        object: &ObjectKey,
-        source: &SourceRef,
-        from: &Revision,
-        to: &Revision,
-    ) -> Result<SourceChanges, PortError> {
-        let data = self.data(object, source).await?;
-        if source.kind == SourceKind::OciRepository {
-            let client = Self::oci_client(source, data.as_ref());
-            let creds = oci_credentials(data.as_ref(), &source.url);
-            let old = client.layer_digest(&source.url, &from.digest, &creds).await;
-            let new = client.layer_digest(&source.url, &to.digest, &creds).await;
-            return Ok(match (old, new) {
-                (Ok(a), Ok(b)) if a == b => SourceChanges::Identical,
-                (_, Err(e)) => return Err(oci_error(e)),
-                // The earlier artifact may be gone from the registry: a change.
-                _ => SourceChanges::Unknown,
-            });
-        }
-        if !is_git(source) {
-            return Ok(SourceChanges::Unknown);
-        }
-        let to_ref = lock(&self.resolved)
-            .get(&(source.url.clone(), to.sha().to_string()))
-            .cloned()
-            .unwrap_or_else(|| ResolvedRef {
-                name: to.reference.clone(),
-                fetch: to.sha().to_string(),
-                sha: to.sha().to_string(),
-            });
-        let (git, url, from, creds) = (
-            self.git.clone(),
-            source.url.clone(),
-            from.sha().to_string(),
-            git_credentials(data.as_ref()),
-        );
-        let files =
-            tokio::task::spawn_blocking(move || git.changed_files(&url, &from, &to_ref, &creds))
-                .await
-                .map_err(|e| PortError::Unavailable(e.to_string()))?
-                .map_err(git_error)?;
-        Ok(SourceChanges::Files(files))
     }
 }
