@@ -28,29 +28,14 @@ async fn no_runner_pods(op: &Operator) {
     }
 }
 
+/// The controller's requests from audit entry `from` on, by verb and resource
+/// (`PATCH terraforms/status`, `WATCH pods`).
 fn requests(op: &Operator, from: usize) -> BTreeMap<String, usize> {
     let mut counted = BTreeMap::new();
     for a in op.cluster.audit().into_iter().skip(from) {
-        if a.user != CONTROLLER {
-            continue;
+        if a.user == CONTROLLER {
+            *counted.entry(a.kind()).or_default() += 1;
         }
-        // `/api/v1/namespaces/team-a/pods/x` → `pods`; `.../terraforms/x/status` → `terraforms/status`.
-        let parts: Vec<&str> = a.path.split('/').filter(|p| !p.is_empty()).collect();
-        let at = parts
-            .iter()
-            .position(|p| *p == "namespaces")
-            .map_or(parts.len().saturating_sub(1), |i| i + 2);
-        let mut resource = parts.get(at).copied().unwrap_or("?").to_string();
-        if let Some(sub) = parts.get(at + 2) {
-            resource = format!("{resource}/{sub}");
-        }
-        let watch = a.query.contains("watch=true") || a.query.contains("watch=1");
-        let verb = if watch {
-            "WATCH".to_string()
-        } else {
-            a.method.clone()
-        };
-        *counted.entry(format!("{verb} {resource}")).or_default() += 1;
     }
     counted
 }

@@ -50,6 +50,25 @@ pub struct Request {
     pub user_agent: String,
 }
 
+impl Request {
+    /// The request as a count of requests names it: the HTTP method (`WATCH` for a watch)
+    /// and the resource with its subresource (`PATCH terraforms/status`, `WATCH pods`); the
+    /// path for a non-resource URL.
+    pub fn kind(&self) -> String {
+        let verb = if self.verb == "watch" {
+            "WATCH"
+        } else {
+            &self.method
+        };
+        let what = match (self.resource.as_str(), self.subresource.as_str()) {
+            ("", _) => self.path.clone(),
+            (resource, "") => resource.to_string(),
+            (resource, sub) => format!("{resource}/{sub}"),
+        };
+        format!("{verb} {what}")
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Event {
