@@ -9,7 +9,7 @@
 //! is [`super::timing::due`]. A run due while no runner Pod may start for it
 //! ([`super::queue::Slot::Full`]) waits in the queue instead, unless a person asked for it.
 
-use super::model::{Step, StepKind};
+use super::model::{Snapshot, Step, StepKind};
 use super::queue::Slot;
 use super::run::{End, Run, Stop};
 use super::timing;
@@ -38,21 +38,9 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
         .records
         .iter()
         .any(|r| r.step != StepKind::AddFinalizer);
-    let resuming = s.object.status.active_run.is_some();
-    // Resumed (spec.suspend cleared, or the suspend annotation removed, which moves no
-    // generation): a run is due at once, so that Ready stops saying Suspended.
-    let resumed = crate::conditions::find(&s.object.status.conditions, ConditionType::Ready)
-        .is_some_and(|c| c.reason == Reason::Suspended.as_str());
     let mut takes_turn = false;
-    if !started && !resuming && !resumed {
-        // At the run's start, as [`source_only`] asks it: every decision of the run agrees.
-        match timing::due(
-            &s.object,
-            valid,
-            &s.queue,
-            s.source_revision.as_deref(),
-            s.started_at,
-        ) {
+    if !started && let Some(due) = due_at_start(s, valid) {
+        match due {
             Err(next) => {
                 return Err(Stop::next(Step::Done {
                     requeue_after: next,
@@ -73,22 +61,34 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
     Ok(())
 }
 
-/// Whether this run was started only by a revision the caller's poller saw
-/// ([`timing::Trigger::NewRevision`]): it ends once the source says the revision changed
-/// nothing of the object's. Asked of the run's start, so every decision of the run agrees.
-pub(super) fn source_only(run: &Run<'_>, valid: &ValidSpec) -> bool {
-    let s = run.s;
+/// Whether the run is due and why, asked at its start (so every decision of the run agrees);
+/// `None` when it is due whatever the time: a run an earlier driver left under way, or one
+/// resumed from suspension (`spec.suspend` cleared, or the suspend annotation removed, which
+/// moves no generation), so that Ready stops saying Suspended.
+fn due_at_start(
+    s: &Snapshot,
+    valid: &ValidSpec,
+) -> Option<Result<timing::Trigger, Option<std::time::Duration>>> {
     let resumed = crate::conditions::find(&s.object.status.conditions, ConditionType::Ready)
         .is_some_and(|c| c.reason == Reason::Suspended.as_str());
-    s.object.status.active_run.is_none()
-        && !resumed
-        && timing::due(
-            &s.object,
-            valid,
-            &s.queue,
-            s.source_revision.as_deref(),
-            s.started_at,
-        ) == Ok(timing::Trigger::NewRevision)
+    if s.object.status.active_run.is_some() || resumed {
+        return None;
+    }
+    let polled = s.source_revision.as_deref();
+    Some(timing::due(
+        &s.object,
+        valid,
+        &s.queue,
+        polled,
+        s.started_at,
+    ))
+}
+
+/// Whether this run was started only by a revision the caller's poller saw
+/// ([`timing::Trigger::NewRevision`]): it ends once the source says the revision changed
+/// nothing of the object's.
+pub(super) fn source_only(run: &Run<'_>, valid: &ValidSpec) -> bool {
+    due_at_start(run.s, valid) == Some(Ok(timing::Trigger::NewRevision))
 }
 
 /// `Reconciling=True` (why), `Ready=Unknown` when it has no value yet, and the request
