@@ -13,7 +13,7 @@
 //! later poll does not wake them again.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -93,12 +93,8 @@ impl SourcePoller {
         }
     }
 
-    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<SourceKey, Seen>> {
-        // A panic while holding the lock leaves a map that is still whole (each change is
-        // one insert).
-        self.seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn seen(&self) -> MutexGuard<'_, HashMap<SourceKey, Seen>> {
+        locked(&self.seen)
     }
 
     /// The newest revision seen of `object`'s source, as text.
@@ -109,10 +105,7 @@ impl SourcePoller {
 
     /// Forgets a deleted object.
     pub(super) fn forget(&self, key: &ObjectKey) {
-        self.woken
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        locked(&self.woken).remove(key);
     }
 
     /// Takes in the revision a run of `object` resolved; a newer one than seen wakes the other
@@ -148,7 +141,7 @@ impl SourcePoller {
     }
 
     /// Resolves each source of the objects cached now once, and wakes those behind.
-    pub(super) async fn poll_once(&self) {
+    async fn poll_once(&self) {
         let mut sources: BTreeMap<SourceKey, (ObjectKey, SourceRef)> = BTreeMap::new();
         for store in &self.stores {
             for tf in store.state() {
@@ -194,7 +187,7 @@ impl SourcePoller {
         if seen.is_empty() {
             return;
         }
-        let mut woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
+        let mut woken = locked(&self.woken);
         for (store, wake) in self.stores.iter().zip(&self.wake) {
             for tf in store.state() {
                 let object = tf.to_object();
@@ -212,6 +205,13 @@ impl SourcePoller {
             }
         }
     }
+}
+
+/// A map of the poller's: a panic while holding it leaves it whole (each change is one insert
+/// or removal).
+fn locked<T>(map: &Mutex<T>) -> MutexGuard<'_, T> {
+    map.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Records in `seen` a resolution of `key`'s source unless a later one is known (two runs, or
