@@ -127,6 +127,10 @@ string_enum!(
         Progressing,
         /// The plan has changes; waiting for approval unless auto-approved.
         TerraformPlannedWithChanges,
+        /// A plan that may be applied (approved, `approvePlan: auto` or `spec.force`) is being
+        /// applied: from the run that takes up the approval (which makes the plan again to
+        /// check it still does the same) until the apply ends. Nothing to approve meanwhile.
+        TerraformApplying,
         /// A dependency is not Ready at its current generation.
         DependencyNotReady,
         /// `terraform plan` failed.

@@ -34,8 +34,9 @@ pub struct Health {
 /// spec that cannot work until edited) → Degraded with its message; no `Ready` → Progressing;
 /// being deleted → Progressing ("deleting: …") unless `Ready=False`; a spec generation not yet
 /// acted on → Progressing; `Ready=True` → Healthy; `Ready=Unknown` → Suspended when a plan
-/// awaits approval (the message names the plan) or an apply window (reason
-/// `ApplyWindowClosed`), else Progressing; `Ready=False` → Degraded
+/// awaits approval (Ready's message, which names the plan and the ways to approve it) or an
+/// apply window (reason `ApplyWindowClosed`), else Progressing (an approved plan being
+/// applied, reason `TerraformApplying`, among them); `Ready=False` → Degraded
 /// (naming the lock holder and the way out when the state lock is held).
 ///
 /// `config/argocd/resource_customizations/infra.argocd.io/Terraform/health.lua` is the same
@@ -96,16 +97,13 @@ pub fn health(object: &TerraformObject) -> Health {
             }
             h(HealthStatus::Degraded, message)
         }
+        // Ready's message names the plan and says how to approve it (the approve action
+        // among the ways): one sentence, not repeated.
         ConditionStatus::Unknown
             if ready.reason == Reason::TerraformPlannedWithChanges.as_str()
                 && !pending.is_empty() =>
         {
-            h(
-                HealthStatus::Suspended,
-                format!(
-                    "plan {pending} awaits approval (the approve action applies it): {message}"
-                ),
-            )
+            h(HealthStatus::Suspended, message)
         }
         // Nothing to do until a window opens (or a human forces it): paused, not working.
         ConditionStatus::Unknown if ready.reason == Reason::ApplyWindowClosed.as_str() => h(

@@ -810,6 +810,23 @@ fn check_replay(
         );
         progress.push(record.step, record.at, record.result.clone());
     }
+    // A condition that changed status in the run changed when one of its steps ended (or at
+    // its start): a time read from the records, never from a clock.
+    let times: std::collections::BTreeSet<_> = std::iter::once(now0)
+        .chain(report.records.iter().map(|r| r.at))
+        .collect();
+    for c in &report.status.conditions {
+        let old = before.status.conditions.iter().find(|o| o.type_ == c.type_);
+        if old.is_none_or(|o| o.last_transition_time != c.last_transition_time) {
+            prop_assert!(
+                times.contains(&c.last_transition_time),
+                "{} changed at {}, no step's end: {:?}",
+                c.type_,
+                c.last_transition_time,
+                report.records
+            );
+        }
+    }
     Ok(())
 }
 

@@ -34,6 +34,18 @@ pub enum ActionError {
     /// Nothing is waiting for approval.
     #[error("{0} has no plan waiting for approval")]
     NoPendingPlan(ObjectKey),
+    /// The pending plan is already approved and being applied: approving again would approve
+    /// nothing (the next plan with changes is a new pending plan, approved anew).
+    #[error(
+        "plan {plan} of {object} is already approved and being applied: nothing to approve (watch it with tfops get {name})",
+        name = object.name
+    )]
+    Applying {
+        /// The object.
+        object: ObjectKey,
+        /// The plan being applied.
+        plan: String,
+    },
     /// The plan id given is not the pending one.
     #[error(
         "plan {given} is not the pending plan of {object} (pending: {pending}); review the pending plan and approve it by its id"
@@ -248,18 +260,22 @@ impl Actions {
     /// do something else, it becomes the new pending plan instead.
     ///
     /// # Errors
-    /// [`ActionError::NoPendingPlan`], [`ActionError::StalePlan`], and those of [`Self::get`].
+    /// [`ActionError::NoPendingPlan`], [`ActionError::StalePlan`], [`ActionError::Applying`],
+    /// and those of [`Self::get`].
     pub async fn approve(
         &self,
         key: &ObjectKey,
         plan_id: Option<&str>,
     ) -> Result<Approved, ActionError> {
         self.edit(key, "approving the plan of", |object| {
-            let pending = object
-                .status
-                .as_ref()
-                .map(|s| s.plan.pending.clone())
-                .unwrap_or_default();
+            let status = object.status.clone().unwrap_or_default();
+            if let Some(plan) = status.applying() {
+                return Err(ActionError::Applying {
+                    object: key.clone(),
+                    plan: plan.to_string(),
+                });
+            }
+            let pending = status.plan.pending;
             if pending.is_empty() {
                 return Err(ActionError::NoPendingPlan(key.clone()));
             }

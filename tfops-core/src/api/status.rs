@@ -1,7 +1,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::conditions::Condition;
+use crate::conditions::{Condition, ConditionType, Reason};
 
 /// What tfops observed and did, written only by tfops.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -157,6 +157,21 @@ pub struct PlanStatus {
     /// The SHA-256 of what the last applied plan did.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_applied_digest: String,
+}
+
+impl TerraformStatus {
+    /// The plan being applied, when one is: `Ready` says `TerraformApplying` (from the run
+    /// that takes up an approval until its apply ends), or an apply is recorded under way.
+    /// Nothing waits for approval meanwhile: approving again is refused by tfops' actions.
+    pub fn applying(&self) -> Option<&str> {
+        let ready = crate::conditions::find(&self.conditions, ConditionType::Ready);
+        let by_ready = ready.is_some_and(|c| c.reason == Reason::TerraformApplying.as_str());
+        match &self.active_run {
+            Some(run) if !run.plan_id.is_empty() => Some(run.plan_id.as_str()),
+            _ if by_ready && !self.plan.pending.is_empty() => Some(self.plan.pending.as_str()),
+            _ => None,
+        }
+    }
 }
 
 /// An apply under way in a runner (see [`TerraformStatus::active_run`]).

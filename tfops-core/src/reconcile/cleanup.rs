@@ -32,6 +32,7 @@ pub(super) fn stalled(mut run: Run<'_>, message: String) -> Decision {
 
 /// Records the result, cleans the runner up, and says when to come back.
 fn end(mut run: Run<'_>, ended: End) -> Decision {
+    run.at_end();
     let requeue = match ended {
         End::Success => {
             succeeded(&mut run);
@@ -39,11 +40,11 @@ fn end(mut run: Run<'_>, ended: End) -> Decision {
         }
         // A quota that refused the runner Pod: the object waits in the queue, no failure.
         End::Failed(failure) if failure.reason == Reason::RunnerQuotaExhausted => {
-            let at = ended_at(&run);
+            let at = run.ended_at();
             Some(waiting::wait(&mut run, &failure.message, true, at))
         }
         End::Queued(why) => {
-            let at = ended_at(&run);
+            let at = run.ended_at();
             Some(waiting::wait(&mut run, &why, false, at))
         }
         // Back when the window opens, or at the interval if that comes first (a new revision
@@ -64,7 +65,7 @@ fn end(mut run: Run<'_>, ended: End) -> Decision {
         End::SourceSeen(next) => return source_seen(run, next),
     };
     run.st.observed_generation = run.generation();
-    run.st.last_run_at = Some(ended_at(&run));
+    run.st.last_run_at = Some(run.ended_at());
     run.remove(ConditionType::Reconciling);
     let runner_up = run.s.progress.succeeded(StepKind::StartRunner);
     if runner_up && !run.s.progress.attempted(StepKind::Cleanup) {
@@ -119,18 +120,6 @@ fn waiting(run: Run<'_>) -> Decision {
         },
         status: st,
     }
-}
-
-/// When the run's work ended: the end of its last step before cleanup (or its start), so the
-/// status decided before cleanup and after it are the same, and written once.
-fn ended_at(run: &Run<'_>) -> jiff::Timestamp {
-    run.s
-        .progress
-        .records
-        .iter()
-        .rev()
-        .find(|r| r.step != StepKind::Cleanup)
-        .map_or(run.s.started_at, |r| r.at)
 }
 
 fn is_stalled_by(run: &Run<'_>, reason: Reason) -> bool {

@@ -93,13 +93,14 @@ fn steps(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> {
             match plan::plan(run, &revision, &plan_id, drift)? {
                 None => plan::no_changes(run, &revision, Some(inputs))?,
                 Some(planned) => {
-                    approval::approval(run, valid, &plan_id, &planned)?;
-                    apply::apply(run, &revision, inputs, &plan_id, planned, drift)?
+                    let how = approval::approval(run, valid, &plan_id, &planned)?;
+                    apply::apply(run, &revision, inputs, &plan_id, planned, drift, &how)?
                 }
             }
         }
     };
     outputs::outputs(run, valid)?;
+    run.at_end();
     run.set(
         ConditionType::Ready,
         ConditionStatus::True,

@@ -2,6 +2,7 @@
 //! shares. A step's function gives what it produced, or [`Stop`]s the run: the next step to
 //! perform, or the end of the run (which [`super::cleanup`] turns into the decision).
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use super::model::{Decision, Outcome, Snapshot, Step, StepFailure, StepKind, Writer};
@@ -74,6 +75,12 @@ pub(super) struct Run<'a> {
     pub interval: Duration,
     /// `spec.applyWindows` (none unless the spec is valid).
     pub windows: Windows,
+    /// When the latest outcome the decision has read so far was recorded (the run's start
+    /// before any): a condition that changes status now changed then. Read from the records,
+    /// never from a clock, so every decision of the run stamps a condition with the same time
+    /// and a replayed decision gives the same status. (A `Cell`: reading an outcome advances it,
+    /// and outcomes are read through `&self`.)
+    at: Cell<jiff::Timestamp>,
 }
 
 impl<'a> Run<'a> {
@@ -84,6 +91,7 @@ impl<'a> Run<'a> {
             retry_interval,
             interval,
             windows: Windows::default(),
+            at: Cell::new(s.started_at),
         }
     }
 
@@ -96,16 +104,22 @@ impl<'a> Run<'a> {
         &self.s.object.status
     }
 
+    /// What the progress says about `step`; reading an outcome makes its time the one a
+    /// condition set after it changed at.
     pub fn got(&self, step: StepKind) -> Got<'a> {
-        match self.s.progress.latest(step) {
-            None => Got::Todo,
-            Some(r) => match &r.result {
-                Ok(o) => Got::Ok(o, r.at),
-                Err(f) => Got::Failed(f),
-            },
+        let Some(r) = self.s.progress.latest(step) else {
+            return Got::Todo;
+        };
+        self.at.set(self.at.get().max(r.at));
+        match &r.result {
+            Ok(o) => Got::Ok(o, r.at),
+            Err(f) => Got::Failed(f),
         }
     }
 
+    /// Sets the condition of `kind`. When its status changes, `lastTransitionTime` is the
+    /// time of the latest outcome read so far: the step whose result changed it (the run's
+    /// start for what the start decides).
     pub fn set(
         &mut self,
         kind: ConditionType,
@@ -121,8 +135,26 @@ impl<'a> Run<'a> {
             reason,
             message,
             generation,
-            self.s.started_at,
+            self.at.get(),
         );
+    }
+
+    /// When the run's work ended: the end of its last step before cleanup (or its start), so
+    /// that the status decided before cleanup and after it are the same, and written once.
+    pub fn ended_at(&self) -> jiff::Timestamp {
+        self.s
+            .progress
+            .records
+            .iter()
+            .rev()
+            .find(|r| r.step != StepKind::Cleanup)
+            .map_or(self.s.started_at, |r| r.at)
+    }
+
+    /// What is set from now on changed when the run's work ended ([`Run::ended_at`]): the
+    /// result of the whole run (`Ready` at its end, a failure counted).
+    pub fn at_end(&self) {
+        self.at.set(self.ended_at().max(self.at.get()));
     }
 
     pub fn remove(&mut self, kind: ConditionType) {

@@ -53,6 +53,7 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
     // concern the object ([`super::source`]): one that did not writes its status once.
     if !source_only(run, valid) {
         mark_started(run);
+        super::approval::taken_up(run, valid);
     }
     // No runner Pod may start for it now: it waits in the queue without fetching anything.
     if let (true, Slot::Full { why }) = (takes_turn, &s.queue.slot) {

@@ -74,7 +74,7 @@ pub enum FakeOp {
 }
 
 /// A runner command as recorded.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Call {
     /// The object the runner ran for.
     pub object: ObjectKey,
@@ -84,6 +84,9 @@ pub struct Call {
     pub session: usize,
     /// The runner that session was started as.
     pub role: RunnerRole,
+    /// The object's status as stored when the command ran: what a person reading the object
+    /// saw while it ran.
+    pub status: crate::api::TerraformStatus,
 }
 
 /// Simulated infrastructure of one object.

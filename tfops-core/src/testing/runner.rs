@@ -52,11 +52,18 @@ impl FakeSession {
     }
 
     fn record(&self, op: FakeOp) {
-        self.world.lock().calls.push(Call {
+        let mut w = self.world.lock();
+        let status = w
+            .objects
+            .get(&self.object)
+            .map(|o| o.status.clone())
+            .unwrap_or_default();
+        w.calls.push(Call {
             object: self.object.clone(),
             op,
             session: self.session,
             role: self.role,
+            status,
         });
     }
 

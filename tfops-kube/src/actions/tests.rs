@@ -144,3 +144,26 @@ async fn an_object_that_keeps_changing_ends_the_edit_with_a_clear_error() {
             .is_some_and(|v| v.starts_with("suspended with tfops suspend at "))
     }));
 }
+
+#[tokio::test]
+async fn approving_a_plan_already_being_applied_is_refused_and_patches_nothing() {
+    let mut applying = object("1", "plan-main-aaaaaaaaaa");
+    applying["status"]["conditions"] = json!([{
+        "type": "Ready", "status": "Unknown", "reason": "TerraformApplying",
+        "message": "applying plan plan-main-aaaaaaaaaa (+1 ~0 -0) at main@sha1:aa, approved by approvePlan: auto",
+        "lastTransitionTime": "2026-12-01T10:00:00Z", "observedGeneration": 1,
+    }]);
+    let script = Arc::new(Mutex::new(Script {
+        answers: VecDeque::from([("GET", 200, applying)]),
+        ..Script::default()
+    }));
+    let e = actions(script.clone())
+        .approve(&key(), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "plan plan-main-aaaaaaaaaa of team-a/app is already approved and being applied: nothing to approve (watch it with tfops get app)"
+    );
+    assert!(script.lock().unwrap().patches.is_empty());
+}

@@ -156,7 +156,11 @@ fn row(t: &Terraform, with_namespace: bool) -> Vec<String> {
         None => "-".into(),
     });
     row.push(dash(ready.map_or("", |c| c.reason.as_str())));
-    row.push(dash(&status.plan.pending));
+    // The pending plan, or the plan being applied: approved, nothing left to approve.
+    row.push(match status.applying() {
+        Some(plan) => format!("{plan} (applying)"),
+        None => dash(&status.plan.pending),
+    });
     row.push(age(status.last_drift_detected_at));
     let suspended = t.spec.suspend
         || t.metadata

@@ -20,6 +20,19 @@ export function pendingPlan(obj: any): string {
   return (obj.status && obj.status.plan && obj.status.plan.pending) || "";
 }
 
+/** The plan being applied, when one is (as `TerraformStatus::applying` says): Ready's reason is
+ * `TerraformApplying` (an approval taken up, until its apply ends) or an apply is recorded under
+ * way. Nothing is left to approve meanwhile, though `status.plan.pending` names it until applied. */
+export function applyingPlan(obj: any): string {
+  const s = obj.status || {};
+  const run = s.activeRun;
+  if (run && run.planId) {
+    return run.planId;
+  }
+  const ready = condition(obj, "Ready");
+  return ready && ready.reason === "TerraformApplying" ? pendingPlan(obj) : "";
+}
+
 export function lock(obj: any): { id: string; holder: string } {
   const l = (obj.status && obj.status.lock) || {};
   return { id: l.pending || "", holder: l.holder || "" };

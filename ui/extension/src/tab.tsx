@@ -3,7 +3,7 @@
 // CD's API as the logged-in user.
 import { ApiError, Application, ResourceRef, getResource, runAction } from "./argocd";
 import { History } from "./history";
-import { Run, condition, conditions, identities, lock, outputsWritten, pendingPlan, readableNames, runs } from "./model";
+import { Run, applyingPlan, condition, conditions, identities, lock, outputsWritten, pendingPlan, readableNames, runs } from "./model";
 import { PlanView } from "./plan-view";
 import { ARGO, CELL, HEAD_CELL, TABLE, statusIcon } from "./style";
 import { ago, exact } from "./time";
@@ -81,6 +81,7 @@ export function TerraformTab(props: Props) {
   const obj = props.resource;
   const app = props.application;
   const pending = pendingPlan(obj);
+  const applying = applyingPlan(obj);
   const held = lock(obj);
   const [plan, setPlan] = useState({ text: "", error: "" });
   const [history, setHistory] = useState({ runs: [] as Run[], error: "" });
@@ -149,7 +150,9 @@ export function TerraformTab(props: Props) {
       h(
         "div",
         { className: "tfops-actions", style: { margin: "12px 0" } },
-        button("approve", pending ? `Approve ${pending}` : "Approve", "fa fa-check", pending !== "", true),
+        applying
+          ? button("approve", `Applying ${applying}…`, "fa fa-circle-notch fa-spin", false, true)
+          : button("approve", pending ? `Approve ${pending}` : "Approve", "fa fa-check", pending !== "", true),
         button("replan", "Re-plan", "fa fa-redo", true),
         button("force-unlock", "Force-unlock", "fa fa-unlock", held.id !== ""),
       ),
@@ -160,7 +163,7 @@ export function TerraformTab(props: Props) {
     h(Panel, { title: "Conditions" }, h(Conditions, { obj })),
     h(
       Panel,
-      { title: pending ? `Pending plan ${pending}` : "No plan awaits approval" },
+      { title: applying ? `Applying plan ${applying}` : pending ? `Pending plan ${pending}` : "No plan awaits approval" },
       pending && planCondition ? h("p", { className: "tfops-plan-summary" }, planCondition.message) : null,
       plan.error ? error(`The readable plan could not be read: ${plan.error}`) : null,
       pending && plan.text ? h(PlanView, { text: plan.text }) : null,

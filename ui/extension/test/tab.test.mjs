@@ -94,6 +94,21 @@ for (const react of ["16", "19"]) {
     await page.close();
   });
 
+  test(`React ${react}: an approved plan being applied says so and offers no approval`, async () => {
+    server.state.deny = false;
+    server.state.actions = [];
+    const { page, errors } = await open(react, "applying");
+    assert.match(await page.textContent(".tfops-ready"), /Unknown TerraformApplying: applying plan plan-main-9d8e7f6a5b .*approved with the infra\.argocd\.io\/approve annotation at 2026-11-30T10:05:00Z/);
+    assert.equal(await page.isEnabled("button[data-action=approve]"), false, "nothing left to approve");
+    assert.equal((await page.textContent("button[data-action=approve]")).trim(), "Applying plan-main-9d8e7f6a5b…");
+    assert.match(await page.textContent(".tfops-tab"), /Applying plan plan-main-9d8e7f6a5b/);
+    assert.doesNotMatch(await page.textContent(".tfops-tab"), /Pending plan/);
+    if (react === "19") await screenshot(page, "applying");
+    assert.deepEqual(server.state.actions, [], "no action sent");
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
   test(`React ${react}: a healthy object offers no approval and shows its history`, async () => {
     const { page, errors } = await open(react, "healthy");
     await page.waitForSelector(".tfops-history tbody tr");

@@ -18,10 +18,10 @@ use crate::api::{ActiveRun, ApprovePlan, PolicyViolation};
 use crate::conditions::{ConditionStatus, ConditionType, Reason};
 use crate::ports::{PlanSummary, Revision};
 
-/// Applies `planned`, which may be applied, through the runner that applies: when that
-/// runner's plan does the same, it is applied and recorded; when nothing is left to change,
-/// that is recorded as no changes; when it does something else, nothing is applied and that
-/// plan is pending instead.
+/// Applies `planned`, which may be applied (`how`: approved by whom, for the status while it
+/// is applied), through the runner that applies: when that runner's plan does the same, it is
+/// applied and recorded; when nothing is left to change, that is recorded as no changes; when
+/// it does something else, nothing is applied and that plan is pending instead.
 pub(super) fn apply<'a>(
     run: &mut Run<'a>,
     revision: &Revision,
@@ -29,9 +29,11 @@ pub(super) fn apply<'a>(
     plan_id: &str,
     planned: Planned<'a>,
     drift: bool,
+    how: &str,
 ) -> Result<Done, Stop> {
     let kind = plan_kind(run);
     super::window::window(run, &planned.label)?;
+    super::approval::applying(run, &planned, how);
     match hand_over(run, kind, plan_id, planned, inputs, drift)? {
         Verified::Same { planned, inputs } => {
             let destroy = run.s.object.spec.destroy;

@@ -97,10 +97,11 @@ if ready.status == "False" then
   return hs
 end
 
+-- Ready's message names the plan and the ways to approve it (the approve action among them).
 local plan = status.plan or {}
 if ready.reason == "TerraformPlannedWithChanges" and text(plan.pending) ~= "" then
   hs.status = "Suspended"
-  hs.message = "plan " .. plan.pending .. " awaits approval (the approve action applies it): " .. message
+  hs.message = message
   return hs
 end
 
@@ -111,6 +112,8 @@ if ready.reason == "ApplyWindowClosed" then
   return hs
 end
 
+-- Working: planning, an approved plan being applied (TerraformApplying), waiting for a
+-- runner Pod.
 hs.status = "Progressing"
 hs.message = message
 return hs

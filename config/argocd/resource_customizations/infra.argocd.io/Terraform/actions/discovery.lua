@@ -7,8 +7,17 @@ local lock = status.lock or {}
 local annotations = (obj.metadata or {}).annotations or {}
 local suspended = (obj.spec ~= nil and obj.spec.suspend == true) or annotations["infra.argocd.io/suspend"] ~= nil
 
+-- An approved plan being applied (Ready says TerraformApplying, or an apply is recorded under
+-- way) has nothing left to approve, though status.plan.pending still names it until applied.
+local applying = status.activeRun ~= nil
+for _, c in ipairs(status.conditions or {}) do
+  if c.type == "Ready" and c.reason == "TerraformApplying" then
+    applying = true
+  end
+end
+
 actions["approve"] = {
-  ["disabled"] = plan.pending == nil or plan.pending == "",
+  ["disabled"] = plan.pending == nil or plan.pending == "" or applying,
   ["iconClass"] = "fa fa-fw fa-check",
   ["displayName"] = "Approve plan",
 }

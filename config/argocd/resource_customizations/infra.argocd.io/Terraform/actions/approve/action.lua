@@ -6,6 +6,17 @@ local plan = status.plan or {}
 if plan.pending == nil or plan.pending == "" then
   error("no plan is waiting for approval", 0)
 end
+-- Approving again while the approved plan is applied approves nothing: refused, saying so
+-- (Ready says TerraformApplying, or an apply is recorded under way).
+local applying = status.activeRun ~= nil
+for _, c in ipairs(status.conditions or {}) do
+  if c.type == "Ready" and c.reason == "TerraformApplying" then
+    applying = true
+  end
+end
+if applying then
+  error("plan " .. plan.pending .. " is already approved and being applied: nothing to approve", 0)
+end
 local now = os.date("!%Y-%m-%dT%H:%M:%SZ")
 if obj.metadata.annotations == nil then
   obj.metadata.annotations = {}
