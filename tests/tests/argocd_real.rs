@@ -10,7 +10,7 @@ mod support;
 
 use serde_json::{Value, json};
 use support::argocd::ArgoCd;
-use support::operator::{Operator, pending, ready_with};
+use support::operator::{Operator, pending, ready_with, slow};
 
 /// The `(status, message)` Argo CD's resource tree gives Terraform `name`.
 fn node_health(argo: &ArgoCd, token: &str, name: &str) -> Option<(String, String)> {
@@ -69,13 +69,48 @@ fn action(argo: &ArgoCd, config: &std::path::Path, name: &str) -> (bool, String,
     )
 }
 
-/// The `infra` Application synced from Git (a Terraform object needing approval) and its plan
-/// waiting; Argo CD shows the object Suspended with tfops' own message. The admin's token and
+/// What the `infra` Application's sync operation says: its phase and message.
+fn operation(argo: &ArgoCd, token: &str) -> (String, String) {
+    let app = argo
+        .get(token, "/api/v1/applications/infra")
+        .unwrap_or(Value::Null);
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let op = &app["status"]["operationState"];
+    (s(&op["phase"]), s(&op["message"]))
+}
+
+/// The ConfigMap of sync wave 1, which reads what the Terraform object (wave 0) made: seed
+/// 001's pattern (docs/argocd.md, "Sync waves").
+const LATER_WAVE: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: reads-outputs
+  namespace: team-a
+  annotations:
+    argocd.argoproj.io/sync-wave: "1"
+data:
+  note: applied once the Terraform object of wave 0 is Healthy
+"#;
+
+async fn later_wave_exists(op: &Operator) -> bool {
+    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(op.admin.clone(), "team-a")
+        .get_opt("reads-outputs")
+        .await
+        .unwrap()
+        .is_some()
+}
+
+/// The `infra` Application synced from Git (a Terraform object needing approval in wave 0, a
+/// ConfigMap in wave 1) and its plan waiting; Argo CD shows the object Suspended with tfops'
+/// own message, and its sync operation waits before wave 1 for as long. The admin's token and
 /// the pending plan.
 async fn waiting_in_argo_cd(op: &Operator, argo: &mut ArgoCd) -> (String, String) {
     op.git.commit(
         "apps",
-        &[("terraform.yaml", &op.manifest("infra", json!({})))],
+        &[
+            ("terraform.yaml", &op.manifest("infra", json!({}))),
+            ("later.yaml", LATER_WAVE),
+        ],
     );
     op.apply(
         &serde_yaml_ng::to_string(&json!({
@@ -92,9 +127,9 @@ async fn waiting_in_argo_cd(op: &Operator, argo: &mut ArgoCd) -> (String, String
     );
     let admin = argo.token("admin");
 
-    // Argo CD syncs the object; tfops plans; Argo CD shows it Suspended with our message.
-    argo.wait_for("the Application to sync", 180, |a| {
-        app_status(a, &admin).1 == "Synced"
+    // Argo CD applies wave 0; tfops plans; Argo CD shows it Suspended with our message.
+    argo.wait_for("the sync operation to start", 180, |a| {
+        !operation(a, &admin).0.is_empty()
     });
     let t = op
         .wait_for("infra", "waited for approval", 240, |t| {
@@ -109,15 +144,29 @@ async fn waiting_in_argo_cd(op: &Operator, argo: &mut ArgoCd) -> (String, String
     });
     assert!(ours.1.contains(&plan), "{ours:?}");
     println!("Argo CD shows the object {}: {}", ours.0, ours.1);
-    argo.wait_for("the Application Suspended and Synced", 60, |a| {
-        app_status(a, &admin) == ("Suspended".into(), "Synced".into())
+    // The later wave waits while the plan awaits approval: the operation stays Running,
+    // waiting for the Terraform object's health, and wave 1 is not applied.
+    argo.wait_for("the sync waiting for the Terraform object", 120, |a| {
+        let (phase, message) = operation(a, &admin);
+        phase == "Running" && message.contains("infra.argocd.io/Terraform/infra")
     });
+    assert!(
+        !later_wave_exists(op).await,
+        "wave 1 applied before approval"
+    );
+    println!(
+        "while the plan awaits approval: operation {:?}, Application {:?}",
+        operation(argo, &admin),
+        app_status(argo, &admin)
+    );
     (admin, plan)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
     let op = Operator::start().await;
+    // An apply that takes a while, to see what Argo CD shows meanwhile.
+    op.git.commit("infra", &[("main.tf", &slow(20))]);
     let mut argo = ArgoCd::start(&op).await;
     let (admin, plan) = waiting_in_argo_cd(&op, &mut argo).await;
 
@@ -166,12 +215,68 @@ async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
         "no approval written"
     );
 
-    // The admin approves through Argo CD; tfops applies that plan; Argo CD shows Healthy.
+    // The admin approves through Argo CD; while tfops applies that plan Argo CD shows it
+    // Progressing, applying, and approving again is neither offered nor taken.
     let (ok, out, err) = action(&argo, &admin_cli, "approve");
     assert!(
         ok,
         "argocd app actions run approve: {out}{err}\n{}",
         argo.logs()
+    );
+    support::operator::applying(&op, "infra").await;
+    let ours = our_health(&op, "infra").await;
+    assert_eq!(ours.0, "Progressing", "{ours:?}");
+    assert!(
+        ours.1.starts_with(&format!("applying plan {plan} (")),
+        "{ours:?}"
+    );
+    argo.wait_for("the object Progressing, applying, in Argo CD", 60, |a| {
+        node_health(a, &admin, "infra").is_some_and(|(s, m)| {
+            s == "Progressing" && m.starts_with(&format!("applying plan {plan}"))
+        })
+    });
+    println!(
+        "Argo CD during the apply: {:?}",
+        node_health(&argo, &admin, "infra")
+    );
+    let (ok, out, err) = argo.cli(
+        &admin_cli,
+        &[
+            "app",
+            "actions",
+            "list",
+            "infra",
+            "--kind",
+            "Terraform",
+            "--group",
+            "infra.argocd.io",
+            "--resource-name",
+            "infra",
+            "--namespace",
+            "team-a",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let approve_line = out
+        .lines()
+        .find(|l| l.contains("approve"))
+        .unwrap_or_default();
+    assert!(
+        approve_line.contains("true"),
+        "approve disabled while applying:\n{out}"
+    );
+    let (ok, out, err) = action(&argo, &admin_cli, "approve");
+    assert!(!ok, "a second approve ran during the apply: {out}");
+    assert!(
+        err.contains(&format!(
+            "plan {plan} is already approved and being applied"
+        )),
+        "{err}"
+    );
+    println!("approve during the apply: {}", err.trim());
+    assert!(
+        !later_wave_exists(&op).await,
+        "wave 1 applied during the apply"
     );
     let t = op
         .wait_for("infra", "applied", 240, |t| {
@@ -191,6 +296,11 @@ async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
     argo.wait_for("the Application Healthy", 60, |a| {
         app_status(a, &admin).0 == "Healthy"
     });
+    // Healthy lets the sync go on: wave 1 is applied and the operation succeeds.
+    argo.wait_for("the sync to finish with wave 1", 120, |a| {
+        operation(a, &admin).0 == "Succeeded"
+    });
+    assert!(later_wave_exists(&op).await, "wave 1 applied once Healthy");
 
     // Suspend through Argo CD: an annotation (the spec Git owns stays), Suspended with the
     // reason; resume removes it.

@@ -1,7 +1,9 @@
 //! Manual approval on the operator, end to end: a plan waits with its id in status and its
 //! objects stored; an approval naming another (stale) plan is refused and says so; approval
-//! through the annotation applies, as does approval through `spec.approvePlan`; and a plan of
-//! more than 2 MiB is stored in chunks, read back whole, approved and applied.
+//! through the annotation applies, as does approval through `spec.approvePlan`; an approved
+//! apply reads as applying while it runs (approving again is refused) and its conditions change
+//! when it ends; and a plan of more than 2 MiB is stored in chunks, read back whole, approved
+//! and applied.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -9,10 +11,13 @@ mod support;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
-use support::operator::{CONFIG, Operator, condition, pending, ready_with};
+use support::operator::{CONFIG, Operator, applying, condition, pending, ready_with, slow};
 use tfops_core::api::ObjectKey;
+use tfops_core::conditions::{ConditionType, find};
+use tfops_core::health::{HealthStatus, health};
 use tfops_core::ports::PlanStore;
 use tfops_kube::KubePlanStore;
+use tfops_kube::actions::{ActionError, Actions};
 use tfops_kube::meta::Owner;
 
 async fn annotate(op: &Operator, name: &str, key: &str, value: &str) {
@@ -117,6 +122,95 @@ async fn approvals_by_annotation_and_by_spec_and_a_stale_one_refused() {
         },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_approved_apply_reads_as_applying_and_its_conditions_change_when_it_ends() {
+    let op = Operator::start().await;
+    op.git.commit("infra", &[("main.tf", &slow(15))]);
+    op.apply(&op.manifest("app", json!({})));
+    let t = op
+        .wait_for("app", "waited for approval", 120, waiting)
+        .await;
+    let plan = pending(&t);
+    let waiting_health = health(&t.to_object());
+    assert_eq!(waiting_health.status, HealthStatus::Suspended);
+    assert_eq!(
+        waiting_health.message.matches("awaits approval").count(),
+        1,
+        "one sentence: {}",
+        waiting_health.message
+    );
+
+    // Approved as `tfops approve` does; while it is applied, it says so.
+    let key = ObjectKey::new("team-a", "app");
+    let actions = Actions::new(op.admin.clone());
+    actions.approve(&key, Some(&plan)).await.unwrap();
+    applying(&op, "app").await;
+    let t = op.terraforms().get("app").await.unwrap();
+    let seen_applying = jiff::Timestamp::now();
+    let status = t.status.clone().unwrap();
+    let (ready, reason, message) = condition(&t, "Ready").unwrap();
+    assert_eq!(
+        (ready.as_str(), reason.as_str()),
+        ("Unknown", "TerraformApplying")
+    );
+    assert!(
+        message.starts_with(&format!("applying plan {plan} (+2 ~0 -0) at main@sha1:")),
+        "{message}"
+    );
+    assert!(
+        message.contains(", approved with the infra.argocd.io/approve annotation at "),
+        "{message}"
+    );
+    let (reconciling, _, doing) = condition(&t, "Reconciling").unwrap();
+    assert_eq!(reconciling, "True");
+    assert!(
+        doing.starts_with(&format!("applying plan {plan}")),
+        "{doing}"
+    );
+    assert_eq!(status.applying(), Some(plan.as_str()));
+    let h = health(&t.to_object());
+    assert_eq!((h.status, h.message), (HealthStatus::Progressing, message));
+    println!("during the apply: Ready Unknown TerraformApplying, Argo CD Progressing");
+
+    // Approving again meanwhile is refused, and writes nothing.
+    let e = actions.approve(&key, None).await.unwrap_err();
+    assert!(
+        matches!(&e, ActionError::Applying { plan: p, .. } if *p == plan),
+        "{e}"
+    );
+    println!("tfops approve during the apply: {e}");
+    let again = op.terraforms().get("app").await.unwrap();
+    assert_eq!(
+        again.metadata.annotations, t.metadata.annotations,
+        "nothing written"
+    );
+
+    // When it ends: Ready and Apply changed then, not when the run started.
+    let started = status.active_run.as_ref().unwrap().started_at;
+    let t = op
+        .wait_for("app", "applied the approved plan", 120, |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+        })
+        .await;
+    let done = t.status.unwrap();
+    assert_eq!(done.plan.last_applied, plan);
+    let ready = find(&done.conditions, ConditionType::Ready).unwrap();
+    let apply = find(&done.conditions, ConditionType::Apply).unwrap();
+    let sleep = jiff::SignedDuration::from_secs(15);
+    assert!(
+        apply.last_transition_time >= started + sleep,
+        "Apply changed at {} though the apply started at {started} and slept 15 s",
+        apply.last_transition_time
+    );
+    assert!(ready.last_transition_time >= apply.last_transition_time);
+    assert!(
+        ready.last_transition_time > seen_applying,
+        "Ready changed after it was seen applying"
+    );
+    assert!(find(&done.conditions, ConditionType::Reconciling).is_none());
+    assert_eq!(done.applying(), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

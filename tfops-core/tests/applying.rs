@@ -239,3 +239,36 @@ async fn an_approved_plan_that_changed_goes_back_to_awaiting_approval() {
         HealthStatus::Suspended
     );
 }
+
+/// A driver that dies after taking an approval up, before the apply is recorded (here: its next
+/// status write fails), leaves `Ready` saying applying; the next reconcile goes on at once,
+/// without a new request, and applies the approved plan once.
+#[tokio::test]
+async fn an_approval_taken_up_by_a_driver_that_died_is_carried_on_at_once() {
+    let w = world();
+    let key = w.create(object("vpc", json!({})));
+    reconcile(&w, &key).await;
+    w.annotate(&key, annotations::APPROVE, &format!("{PLAN}@t1"));
+    w.annotate(&key, annotations::RECONCILE, "r1");
+    w.fail_after(
+        FakeOp::WriteStatus,
+        1,
+        tfops_core::ports::PortError::Unavailable("the driver was killed".into()),
+    );
+    assert!(w.reconcile(&key).await.is_err(), "the driver died");
+    assert_eq!(w.applies(&key), 0);
+    let left = w.object(&key).unwrap().status;
+    assert_eq!(ready_of(&left).reason, "TerraformApplying");
+    assert!(left.active_run.is_none(), "no apply recorded");
+
+    let report = reconcile(&w, &key).await;
+    assert!(
+        !report.records.is_empty(),
+        "nothing done: the approval would wait for the interval"
+    );
+    assert_eq!(w.applies(&key), 1);
+    assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+    // And nothing more after that.
+    reconcile(&w, &key).await;
+    assert_eq!(w.applies(&key), 1);
+}

@@ -63,16 +63,18 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
 }
 
 /// Whether the run is due and why, asked at its start (so every decision of the run agrees);
-/// `None` when it is due whatever the time: a run an earlier driver left under way, or one
-/// resumed from suspension (`spec.suspend` cleared, or the suspend annotation removed, which
-/// moves no generation), so that Ready stops saying Suspended.
+/// `None` when it is due whatever the time: a run an earlier driver left under way (an apply
+/// recorded, or an approval taken up: `Ready` still says `TerraformApplying`, which every end
+/// of a run replaces), or one resumed from suspension (`spec.suspend` cleared, or the suspend
+/// annotation removed, which moves no generation), so that Ready stops saying Suspended.
 fn due_at_start(
     s: &Snapshot,
     valid: &ValidSpec,
 ) -> Option<Result<timing::Trigger, Option<std::time::Duration>>> {
-    let resumed = crate::conditions::find(&s.object.status.conditions, ConditionType::Ready)
-        .is_some_and(|c| c.reason == Reason::Suspended.as_str());
-    if s.object.status.active_run.is_some() || resumed {
+    let ready = crate::conditions::find(&s.object.status.conditions, ConditionType::Ready);
+    let resumed = ready.is_some_and(|c| c.reason == Reason::Suspended.as_str());
+    let left_applying = ready.is_some_and(|c| c.reason == Reason::TerraformApplying.as_str());
+    if s.object.status.active_run.is_some() || resumed || left_applying {
         return None;
     }
     let polled = s.source_revision.as_deref();
