@@ -12,6 +12,8 @@
 //!   ids), within Kubernetes' length limits.
 //! - [`reconcile`]: the decision function (`decide`) and the driver that performs its steps
 //!   through the [`ports`].
+//! - [`pulls`]: plans of pull requests, decided purely: which objects a pull request plans,
+//!   which plans a push supersedes, the comment and the commit statuses it shows.
 //! - [`ports`]: the traits the driver needs; in-memory fakes live in [`testing`] behind the
 //!   `testing` feature.
 
@@ -26,6 +28,7 @@ pub mod naming;
 pub mod plan;
 pub mod policy;
 pub mod ports;
+pub mod pulls;
 pub mod reconcile;
 pub mod source;
 pub mod tail;

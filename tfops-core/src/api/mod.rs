@@ -7,6 +7,7 @@
 
 mod meta;
 mod outputs;
+mod pulls;
 mod runner;
 mod source;
 mod spec;
@@ -21,6 +22,7 @@ pub use outputs::{
     HealthCheck, HealthCheckType, TemplateError, WriteOutputsToConfigMap, WriteOutputsToSecret,
     render_template, template_references,
 };
+pub use pulls::{ForgeKind, ForgeRepository, PullRequests, TokenSecretRef};
 pub use runner::{
     ApplyPodTemplate, ApplyPodTemplateSpec, ApplyRunnerSpec, Binary, EnvVar, KubeValue,
     PodMetadata, PodTemplate, PodTemplateSpec, RunnerRole, RunnerSpec,

@@ -35,6 +35,13 @@ pub struct SourceRef {
     /// of the artifact is a change). With `spec.path` at the root every change counts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub watch_paths: Vec<String>,
+    /// Plan the repository's open pull requests that touch this object (its `spec.path` or
+    /// `watchPaths`), each at the pull request's head, and show the plans on the pull request
+    /// (docs/pull-requests.md). Git over `http(s)://` only. Default: not planned. Not acted on
+    /// yet: this version validates it; the manager planning pull requests comes next
+    /// (docs/pull-requests.md, "Status").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_requests: Option<super::PullRequests>,
 }
 
 /// The kinds of source.

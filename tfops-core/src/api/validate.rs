@@ -223,6 +223,17 @@ fn check_source(c: &mut Checker, spec: &TerraformSpec) {
             c.problem(&field, format!("invalid pattern {line:?}: {e}"));
         }
     }
+    if let Some(pulls) = &src.pull_requests {
+        if src.kind != super::SourceKind::GitRepository {
+            c.problem(
+                "spec.sourceRef.pullRequests",
+                "is for Git sources (kind GitRepository) only",
+            );
+        }
+        for (field, message) in super::pulls::problems(&src.url, pulls) {
+            c.problem(&field, message);
+        }
+    }
     let set = src.reference.set_fields();
     if set.len() > 1 {
         let names: Vec<_> = set.iter().map(|(n, _)| *n).collect();

@@ -45,6 +45,7 @@ impl SourceKey {
         }
         let shared = SourceRef {
             watch_paths: Vec::new(),
+            pull_requests: None,
             ..source.clone()
         };
         Some(Self {

@@ -1,0 +1,131 @@
+//! The commit statuses a pull request's head gets: one per object it plans
+//! (`tfops/<namespace>/<name>`) and one for them all (`tfops`), which branch protection can
+//! require.
+
+use super::{ObjectPlan, Outcome};
+use crate::api::ObjectKey;
+
+/// The context of the status that sums up every object's plan.
+pub const AGGREGATE_CONTEXT: &str = "tfops";
+
+/// Forges cut longer descriptions (GitHub at 140 characters); ours stay within.
+const DESCRIPTION_MAX: usize = 140;
+
+/// A commit status's state, as forges name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitState {
+    /// Planning.
+    Pending,
+    /// Planned (with or without changes, warnings included).
+    Success,
+    /// The plan failed, or a policy denies it.
+    Failure,
+}
+
+impl CommitState {
+    /// The forge's name (`pending`, `success`, `failure`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Success => "success",
+            Self::Failure => "failure",
+        }
+    }
+}
+
+/// A commit status to set on the pull request's head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitStatus {
+    /// `tfops/<namespace>/<name>`, or [`AGGREGATE_CONTEXT`].
+    pub context: String,
+    /// Its state.
+    pub state: CommitState,
+    /// What it says (at most 140 characters).
+    pub description: String,
+}
+
+/// The status context of `key`'s plan.
+pub fn context(key: &ObjectKey) -> String {
+    format!("{AGGREGATE_CONTEXT}/{}/{}", key.namespace, key.name)
+}
+
+/// One status per object plan, then the aggregate: failure when any failed or is denied, else
+/// pending while any is being planned, else success. No plans (the pull request touches no
+/// object): the aggregate alone, success.
+pub fn statuses(plans: &[ObjectPlan]) -> Vec<CommitStatus> {
+    let mut out: Vec<CommitStatus> = plans.iter().map(one).collect();
+    let count = |s: CommitState| out.iter().filter(|c| c.state == s).count();
+    let (failed, pending) = (count(CommitState::Failure), count(CommitState::Pending));
+    let (state, description) = if plans.is_empty() {
+        (
+            CommitState::Success,
+            "touches no Terraform object".to_string(),
+        )
+    } else if failed > 0 {
+        (
+            CommitState::Failure,
+            format!("{failed} of {} plans failed or are denied", plans.len()),
+        )
+    } else if pending > 0 {
+        (
+            CommitState::Pending,
+            format!("planning {pending} of {} objects", plans.len()),
+        )
+    } else {
+        (
+            CommitState::Success,
+            format!("{} objects planned", plans.len()),
+        )
+    };
+    out.push(CommitStatus {
+        context: AGGREGATE_CONTEXT.to_string(),
+        state,
+        description,
+    });
+    out
+}
+
+fn one(plan: &ObjectPlan) -> CommitStatus {
+    let (state, description) = match &plan.outcome {
+        Outcome::Planning => (CommitState::Pending, "planning".to_string()),
+        Outcome::Planned {
+            summary, denials, ..
+        } if !denials.is_empty() => (
+            CommitState::Failure,
+            format!("{summary}, denied by policy: {}", denials.join("; ")),
+        ),
+        Outcome::Planned {
+            summary,
+            replaced,
+            warnings,
+            ..
+        } => {
+            let mut d = summary.to_string();
+            if !replaced.is_empty() {
+                d.push_str(&format!(", {} replaced", replaced.len()));
+            }
+            if !warnings.is_empty() {
+                d.push_str(&format!(", {} policy warnings", warnings.len()));
+            }
+            (CommitState::Success, d)
+        }
+        Outcome::Failed { reason, message } => {
+            (CommitState::Failure, format!("{reason}: {message}"))
+        }
+    };
+    CommitStatus {
+        context: context(&plan.key),
+        state,
+        description: cut(&description, DESCRIPTION_MAX),
+    }
+}
+
+/// `text` cut to at most `max` characters, an ellipsis marking the cut.
+pub(super) fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
