@@ -79,8 +79,8 @@ fn operation(argo: &ArgoCd, token: &str) -> (String, String) {
     (s(&op["phase"]), s(&op["message"]))
 }
 
-/// The ConfigMap of sync wave 1, which reads what the Terraform object (wave 0) made: seed
-/// 001's pattern (docs/argocd.md, "Sync waves").
+/// The ConfigMap of sync wave 1, which reads what the Terraform object (wave 0) made: the
+/// pattern docs/argocd.md, "Sync waves", describes.
 const LATER_WAVE: &str = r#"apiVersion: v1
 kind: ConfigMap
 metadata:
