@@ -159,7 +159,7 @@ impl Drop for TestCluster {
 
 /// A port on 127.0.0.1 that was free a moment ago (the kernel hands out ephemeral ports in
 /// turn, so another bind in between is unlikely; a clash ends the start with the server's log).
-fn free_port() -> std::io::Result<u16> {
+pub(crate) fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
         .local_addr()?
         .port())

@@ -9,9 +9,12 @@
 //! authenticate with tokens from the TokenRequest API ([`TestCluster::service_account_token`]).
 //! With [`Options::node`] a node agent ([`node`]) registers a Node and runs the Pods bound to it
 //! as local processes. Everything stops, and the directory goes, when the cluster is dropped.
+//!
+//! Beside it, [`gitea::Gitea`]: a real forge for the pull-request tests.
 
 pub mod audit;
 mod control_plane;
+pub mod gitea;
 pub mod kubeconfig;
 pub mod node;
 pub mod pki;

@@ -13,6 +13,8 @@ pub struct Manager {
     pub child: Child,
     /// Where its metrics and health endpoints answer.
     pub endpoints: String,
+    /// Where it receives the forge's webhooks (`-` without `--webhook-addr`).
+    pub webhooks: String,
     /// Its log lines so far (JSON).
     pub log: Arc<Mutex<Vec<String>>>,
     _git_cache: tempfile::TempDir,
@@ -98,6 +100,7 @@ impl Manager {
         assert_eq!(line["message"], "tfops-manager starting", "{line}");
         assert_eq!(line["identity"], identity);
         let endpoints = line["health"].as_str().unwrap().to_string();
+        let webhooks = line["webhooks"].as_str().unwrap_or("-").to_string();
         let who = identity.to_string();
         let log = Arc::new(Mutex::new(Vec::new()));
         let kept = log.clone();
@@ -110,6 +113,7 @@ impl Manager {
         Self {
             child,
             endpoints,
+            webhooks,
             log,
             _git_cache: git_cache,
         }

@@ -16,10 +16,12 @@
 mod archive;
 mod extract;
 pub mod refs;
+mod repository;
 mod rules;
 pub mod watch;
 
 pub use archive::{ArchiveError, ArchiveSummary, build_archive};
 pub use extract::{ExtractError, ExtractLimits, ExtractSummary, extract};
+pub use repository::repository_id;
 pub use rules::{IgnoreRules, SOURCEIGNORE};
 pub use watch::{SourceChanges, Watched};

@@ -31,6 +31,7 @@ use tfops_core::reconcile::{
 use crate::{KubeEventSink, Terraform};
 use index::{DependsIndex, dependencies_of};
 pub use poll::DEFAULT_INTERVAL as DEFAULT_SOURCE_POLL_INTERVAL;
+pub use poll::PollNow;
 use poll::SourcePoller;
 use queue::RunnerQueues;
 use shard::Shard;
@@ -95,6 +96,9 @@ pub struct Settings {
     /// that have not attempted its revision (`None`: never; new revisions then wait for each
     /// object's `spec.interval`).
     pub source_poll_interval: Option<Duration>,
+    /// Asks for a poll of some repositories' sources at once (a forge's push webhook); the
+    /// poller runs for it even when it does not poll on its own.
+    pub poll_now: Option<PollNow>,
 }
 
 impl Default for Settings {
@@ -106,6 +110,7 @@ impl Default for Settings {
             observer: None,
             shard: Shard::Default,
             source_poll_interval: Some(DEFAULT_SOURCE_POLL_INTERVAL),
+            poll_now: None,
         }
     }
 }
@@ -411,17 +416,18 @@ pub async fn run(
         .iter()
         .map(|_| futures::channel::mpsc::unbounded::<Terraform>())
         .unzip();
-    let poller = settings
+    let every = settings
         .source_poll_interval
-        .filter(|every| !every.is_zero())
-        .map(|every| {
-            let poller = Arc::new(SourcePoller::new(
-                ports.source.clone(),
-                stores.clone(),
-                wakers,
-            ));
-            (poller.clone(), tokio::spawn(poller.run(every)))
-        });
+        .filter(|every| !every.is_zero());
+    let poller = (every.is_some() || settings.poll_now.is_some()).then(|| {
+        let poller = Arc::new(SourcePoller::new(
+            ports.source.clone(),
+            stores.clone(),
+            wakers,
+        ));
+        let now = settings.poll_now.clone().unwrap_or_default();
+        (poller.clone(), tokio::spawn(poller.run(every, now)))
+    });
     let controllers: Vec<Controller<Terraform>> = scoped
         .into_iter()
         .zip(woken)

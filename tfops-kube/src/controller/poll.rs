@@ -7,12 +7,16 @@
 //! there, without a runner Pod, when the revision changed nothing under its path
 //! (`tfops_core::reconcile::Trigger::NewRevision`).
 //!
+//! A forge's push webhook asks for a poll of its repository at once ([`PollNow`]): the push
+//! only says which sources to resolve, never which revision to run, so a forged or replayed
+//! delivery can do no more than an early poll.
+//!
 //! The revisions seen are also what every run resolves: the newest resolution of a source, by
 //! when it was made, is the one objects compare with, so that a run which resolved a newer
 //! revision than the last poll wakes the rest of its source at once, and one that raced a
 //! later poll does not wake them again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -22,11 +26,53 @@ use kube::runtime::reflector::Store;
 use tfops_core::api::{ObjectKey, SourceKind, SourceRef, TerraformObject};
 use tfops_core::ports::SourcePort;
 use tfops_core::reconcile::{Outcome, RunReport, StepKind};
+use tfops_core::source::repository_id;
 
 use crate::Terraform;
 
 /// Sources resolved at once while polling.
 const AT_ONCE: usize = 4;
+
+/// Asks the source poller to resolve the sources of some repositories now (a forge's push
+/// webhook) instead of at its next poll. Cheap to clone; every clone asks the same poller.
+#[derive(Debug, Clone, Default)]
+pub struct PollNow(Arc<PollNowInner>);
+
+#[derive(Debug, Default)]
+struct PollNowInner {
+    /// Repositories asked for since the poller last took them ([`repository_id`]s).
+    repositories: Mutex<BTreeSet<String>>,
+    notify: tokio::sync::Notify,
+}
+
+impl PollNow {
+    /// Asks for a poll of the sources in the repository `url` names (any of its URLs).
+    /// Whether the URL names a repository at all.
+    pub fn repository(&self, url: &str) -> bool {
+        let Some(id) = repository_id(url) else {
+            return false;
+        };
+        locked(&self.0.repositories).insert(id);
+        self.0.notify.notify_one();
+        true
+    }
+
+    /// The repositories asked for and not yet polled ([`repository_id`]s).
+    pub fn asked(&self) -> Vec<String> {
+        locked(&self.0.repositories).iter().cloned().collect()
+    }
+
+    /// The repositories asked for, once there are any.
+    async fn take(&self) -> BTreeSet<String> {
+        loop {
+            let asked = std::mem::take(&mut *locked(&self.0.repositories));
+            if !asked.is_empty() {
+                return asked;
+            }
+            self.0.notify.notified().await;
+        }
+    }
+}
 
 /// What identifies a source for every object reading it: the credentials' namespace when it
 /// has any, and the source reference without what only concerns one object.
@@ -131,23 +177,43 @@ impl SourcePoller {
         record(&mut self.seen(), key, revision, at)
     }
 
-    /// Polls every `every` until the process ends.
-    pub(super) async fn run(self: Arc<Self>, every: Duration) {
-        let mut ticks = tokio::time::interval(every);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    /// Polls every `every` (never with `None`) and when `now` asks, until the process ends.
+    pub(super) async fn run(self: Arc<Self>, every: Option<Duration>, now: PollNow) {
+        let mut ticks = every.map(|every| {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks
+        });
         loop {
-            ticks.tick().await;
-            self.poll_once().await;
+            let tick = async {
+                match ticks.as_mut() {
+                    Some(ticks) => {
+                        ticks.tick().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = tick => self.poll_once(None).await,
+                asked = now.take() => self.poll_once(Some(&asked)).await,
+            }
         }
     }
 
-    /// Resolves each source of the objects cached now once, and wakes those behind.
-    async fn poll_once(&self) {
+    /// Resolves each source of the objects cached now once (of the repositories `only` names,
+    /// or every one), and wakes those behind.
+    async fn poll_once(&self, only: Option<&BTreeSet<String>>) {
+        let asked = |object: &TerraformObject| {
+            only.is_none_or(|ids| {
+                repository_id(&object.spec.source_ref.url).is_some_and(|id| ids.contains(&id))
+            })
+        };
         let mut sources: BTreeMap<SourceKey, (ObjectKey, SourceRef)> = BTreeMap::new();
         for store in &self.stores {
             for tf in store.state() {
                 let object = tf.to_object();
-                if let Some(key) = SourceKey::of(&object).filter(|_| pollable(&object)) {
+                let key = SourceKey::of(&object).filter(|_| pollable(&object) && asked(&object));
+                if let Some(key) = key {
                     sources
                         .entry(key)
                         .or_insert_with(|| (object.key(), object.spec.source_ref.clone()));

@@ -119,6 +119,15 @@ pub struct Flags {
     /// Where `/healthz` and `/readyz` are served.
     #[arg(long, env = "TFOPS_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
     pub health_addr: SocketAddr,
+    /// Where the forge's webhooks are received (`POST /hooks/gitea`; plain HTTP, put TLS in
+    /// front of it): a push makes the repository's sources be resolved at once. None when not
+    /// given.
+    #[arg(long, env = "TFOPS_WEBHOOK_ADDR")]
+    pub webhook_addr: Option<SocketAddr>,
+    /// A file holding the webhooks' secret (a mounted Secret), which signs every delivery;
+    /// required with `--webhook-addr`.
+    #[arg(long, env = "TFOPS_WEBHOOK_SECRET_FILE", requires = "webhook_addr")]
+    pub webhook_secret_file: Option<std::path::PathBuf>,
     /// Log format.
     #[arg(long, env = "TFOPS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,

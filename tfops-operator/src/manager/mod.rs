@@ -11,6 +11,7 @@ pub mod flags;
 pub mod leader;
 pub mod metrics;
 pub mod serve;
+pub mod webhook;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,6 +75,40 @@ pub fn options(
     o.controller.shard = flags.shard.clone();
     o.controller.observer = Some(Observer(metrics));
     Ok(o)
+}
+
+/// The webhook receiver on `--webhook-addr`, when given: where it listens, and what it asks
+/// the source poller.
+///
+/// # Errors
+/// A secret file that cannot be read or is empty; an address that cannot be bound.
+async fn webhooks(
+    flags: &Flags,
+    metrics: &Arc<metrics::Metrics>,
+    leading: &Arc<AtomicBool>,
+) -> anyhow::Result<Option<(std::net::SocketAddr, tfops_kube::controller::PollNow)>> {
+    let Some(addr) = flags.webhook_addr else {
+        return Ok(None);
+    };
+    let Some(path) = &flags.webhook_secret_file else {
+        anyhow::bail!(
+            "--webhook-addr needs --webhook-secret-file (the secret that signs deliveries)"
+        );
+    };
+    let secret = std::fs::read(path)
+        .with_context(|| format!("reading --webhook-secret-file {}", path.display()))?;
+    // A Secret mounted from `kubectl create secret --from-file` may end with a newline.
+    let secret = secret.trim_ascii_end();
+    if secret.is_empty() {
+        anyhow::bail!("--webhook-secret-file {} is empty", path.display());
+    }
+    let poll_now = tfops_kube::controller::PollNow::default();
+    let receiver =
+        webhook::Receiver::new(secret, poll_now.clone(), metrics.clone(), leading.clone());
+    let at = webhook::serve(addr, Arc::new(receiver))
+        .await
+        .with_context(|| format!("serving webhooks on {addr}"))?;
+    Ok(Some((at, poll_now)))
 }
 
 /// The controller, and the watch of runner Pods its metrics count, until the controller ends.
@@ -152,8 +187,16 @@ pub async fn run_with_runner(
         std::env::var("HOSTNAME")
             .unwrap_or_else(|_| format!("tfops-manager-{}", std::process::id()))
     });
-    let options = options(&flags, &identity, metrics.clone())?;
+    let mut options = options(&flags, &identity, metrics.clone())?;
     let ready = Arc::new(AtomicBool::new(false));
+    let leading = Arc::new(AtomicBool::new(!flags.leader_election));
+    let webhooks = match webhooks(&flags, &metrics, &leading).await? {
+        Some((at, poll_now)) => {
+            options.controller.poll_now = Some(poll_now);
+            at.to_string()
+        }
+        None => "-".to_string(),
+    };
     let endpoints = serve::Endpoints {
         metrics: metrics.clone(),
         ready: ready.clone(),
@@ -169,7 +212,7 @@ pub async fn run_with_runner(
             .with_context(|| format!("serving health on {}", flags.health_addr))?
     };
     let shard = flags.shard.selector();
-    tracing::info!(%identity, metrics = %metrics_at, health = %health_at, %shard, "tfops-manager starting");
+    tracing::info!(%identity, metrics = %metrics_at, health = %health_at, %webhooks, %shard, "tfops-manager starting");
     if !flags.leader_election {
         ready.store(true, Ordering::Relaxed);
         tokio::select! {
@@ -195,6 +238,7 @@ pub async fn run_with_runner(
         }
     }
     tracing::info!(%identity, "leading");
+    leading.store(true, Ordering::Relaxed);
     tokio::select! {
         r = reconcile(client, options, runner, &metrics) => r?,
         () = leadership.lost() => {

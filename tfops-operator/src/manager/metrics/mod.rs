@@ -43,6 +43,12 @@ struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookLabels {
+    event: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RunLabels {
     result: &'static str,
     reason: &'static str,
@@ -61,6 +67,7 @@ pub struct Metrics {
     runner_start: Histogram,
     runner_lifetime: Histogram,
     requests: Family<RequestLabels, Counter>,
+    webhooks: Family<WebhookLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -94,6 +101,12 @@ impl Metrics {
         let runner_start = Histogram::new(exponential_buckets(0.1, 2.0, 12));
         let runner_lifetime = Histogram::new(exponential_buckets(1.0, 2.0, 14));
         let requests = Family::<RequestLabels, Counter>::default();
+        let webhooks = Family::<WebhookLabels, Counter>::default();
+        registry.register(
+            "webhook_deliveries",
+            "Forge webhook deliveries, by event and result (accepted, duplicate, ignored, refused, invalid)",
+            webhooks.clone(),
+        );
         registry.register("reconciles", "Reconciles by result", reconciles.clone());
         registry.register(
             "reconcile_duration_seconds",
@@ -140,7 +153,20 @@ impl Metrics {
             runner_start,
             runner_lifetime,
             requests,
+            webhooks,
         }
+    }
+
+    /// Counts a webhook delivery of `event` (the forge's event name, `-` when missing) with
+    /// `result`.
+    pub fn webhook_delivery(&self, event: &str, result: &'static str) {
+        let event = if event.is_empty() { "-" } else { event };
+        self.webhooks
+            .get_or_create(&WebhookLabels {
+                event: event.chars().take(64).collect(),
+                result,
+            })
+            .inc();
     }
 
     /// The metrics in the OpenMetrics text format.
