@@ -165,8 +165,10 @@ async fn waiting_in_argo_cd(op: &Operator, argo: &mut ArgoCd) -> (String, String
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
     let op = Operator::start().await;
-    // An apply that takes a while, to see what Argo CD shows meanwhile.
-    op.git.commit("infra", &[("main.tf", &slow(20))]);
+    // An apply that takes a while, to see what Argo CD shows meanwhile (long enough for an
+    // Argo CD slowed by a busy machine to catch up: in a CI run of two Argo CDs at once on two
+    // cores, 20 s were not).
+    op.git.commit("infra", &[("main.tf", &slow(60))]);
     let mut argo = ArgoCd::start(&op).await;
     let (admin, plan) = waiting_in_argo_cd(&op, &mut argo).await;
 
@@ -230,8 +232,14 @@ async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
         ours.1.starts_with(&format!("applying plan {plan} (")),
         "{ours:?}"
     );
-    argo.wait_for("the object Progressing, applying, in Argo CD", 60, |a| {
-        node_health(a, &admin, "infra").is_some_and(|(s, m)| {
+    let mut shown = None;
+    argo.wait_for("the object Progressing, applying, in Argo CD", 50, |a| {
+        let now = node_health(a, &admin, "infra");
+        if now != shown {
+            println!("Argo CD shows {now:?}");
+            shown = now.clone();
+        }
+        now.is_some_and(|(s, m)| {
             s == "Progressing" && m.starts_with(&format!("applying plan {plan}"))
         })
     });

@@ -432,6 +432,98 @@ fn helm_and_kustomize_render_the_same_objects() {
     }
 }
 
+#[test]
+fn the_webhook_receiver_is_exposed_alike_by_the_chart_and_the_kustomize_component() {
+    let overlay = tempfile::tempdir().unwrap();
+    let root = overlay.path().canonicalize().unwrap();
+    std::fs::write(
+        root.join("kustomization.yaml"),
+        format!(
+            "namespace: {NAMESPACE}\nresources:\n  - {}\ncomponents:\n  - {}\n",
+            support::kustomize_path(&root, &repo().join("config/default")),
+            support::kustomize_path(&root, &repo().join("config/webhooks")),
+        ),
+    )
+    .unwrap();
+    let kustomized = kustomize(overlay.path());
+    validate("config/default with config/webhooks", &kustomized);
+    let helm = objects(&helm_template(
+        4,
+        &[],
+        &["namespace.create=true", "webhooks.enabled=true"],
+    ));
+    let kustomized = objects(&kustomized);
+    assert_eq!(
+        helm.keys().collect::<Vec<_>>(),
+        kustomized.keys().collect::<Vec<_>>()
+    );
+    for (key, object) in &helm {
+        assert_eq!(object, &kustomized[key], "{key:?}");
+    }
+    let service = &helm[&(
+        "Service".to_string(),
+        NAMESPACE.to_string(),
+        "tfops-webhooks".to_string(),
+    )];
+    assert_eq!(
+        service["spec"]["selector"]["infra.argocd.io/webhooks"],
+        "true"
+    );
+    let deployment = &helm[&(
+        "Deployment".to_string(),
+        NAMESPACE.to_string(),
+        "tfops-manager".to_string(),
+    )];
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(
+        pod["metadata"]["labels"]["infra.argocd.io/webhooks"],
+        "true"
+    );
+    let container = &pod["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    use clap::Parser;
+    let mut line = vec!["tfops-manager", "--runner-pod-image", "r:1"];
+    line.extend(args.iter().copied());
+    let flags = tfops_operator::manager::flags::Flags::try_parse_from(line).unwrap();
+    assert_eq!(flags.webhook_addr.unwrap().port(), 9090);
+    assert_eq!(
+        flags.webhook_secret_file.unwrap(),
+        PathBuf::from("/etc/tfops/webhook/secret")
+    );
+    assert_eq!(
+        pod["spec"]["volumes"][1]["secret"],
+        json!({"secretName": "tfops-webhook", "items": [{"key": "secret", "path": "secret"}]})
+    );
+    // The chart's Ingress routes only the receiver's path to it.
+    let values = "charts/tfops/ci/webhooks-values.yaml";
+    let rendered = objects(&helm_template(4, &[values], &[]));
+    let ingress = &rendered[&(
+        "Ingress".to_string(),
+        NAMESPACE.to_string(),
+        "tfops-webhooks".to_string(),
+    )];
+    let rule = &ingress["spec"]["rules"][0];
+    assert_eq!(rule["host"], "tfops.example.com");
+    assert_eq!(
+        rule["http"]["paths"],
+        json!([{"path": "/hooks/", "pathType": "Prefix", "backend": {"service": {"name": "tfops-webhooks", "port": {"name": "webhooks"}}}}])
+    );
+    // Only the default shard receives them.
+    let sharded = objects(&helm_template(4, &[values], &["shards={blue}"]));
+    let blue = &sharded[&(
+        "Deployment".to_string(),
+        NAMESPACE.to_string(),
+        "tfops-manager-blue".to_string(),
+    )];
+    let blue_args = blue["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(!blue_args.contains("--webhook-addr"), "{blue_args}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
     let (cluster, _pods) = support::cluster_with_node().await;

@@ -1,7 +1,8 @@
 //! `tfops-testcluster up`: starts the test cluster (etcd, kube-apiserver,
 //! kube-controller-manager and, with `--node`, the node agent), writes an admin kubeconfig,
 //! and stops everything on Ctrl-C (or SIGTERM). `scripts/cluster up` builds the control plane
-//! first and runs this.
+//! first and runs this. `tfops-testcluster forge`: the same for the test forge, a real Gitea
+//! (`scripts/forge up`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -40,6 +41,12 @@ enum Command {
         #[arg(long, requires = "node")]
         containers: bool,
     },
+    /// Start a Gitea (from TFOPS_GITEA) with two users and a repository, until Ctrl-C.
+    Forge {
+        /// The repository to make, owned by the admin user.
+        #[arg(long, default_value = "infra")]
+        repository: String,
+    },
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -48,13 +55,16 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    let Command::Up {
-        kubeconfig,
-        node,
-        images,
-        pods_dir,
-        containers,
-    } = Cli::parse().command;
+    let (kubeconfig, node, images, pods_dir, containers) = match Cli::parse().command {
+        Command::Up {
+            kubeconfig,
+            node,
+            images,
+            pods_dir,
+            containers,
+        } => (kubeconfig, node, images, pods_dir, containers),
+        Command::Forge { repository } => return forge(&repository).await,
+    };
     if containers && !tfops_testcluster::node::containers_available() {
         bail!("--containers: podman does not answer (install podman and runc)");
     }
@@ -109,5 +119,40 @@ async fn main() -> anyhow::Result<()> {
     println!("stopping");
     drop(cluster);
     let _ = std::fs::remove_file(&kubeconfig);
+    Ok(())
+}
+
+/// SIGINT or SIGTERM.
+async fn stopped() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
+
+/// Runs a Gitea with `repository` until stopped, printing how to reach it.
+async fn forge(repository: &str) -> anyhow::Result<()> {
+    use tfops_testcluster::gitea::{GITEA_VERSION, Gitea};
+    let started = Instant::now();
+    let gitea = Gitea::start().await?;
+    gitea.create_repo(repository).await?;
+    println!(
+        "Gitea {GITEA_VERSION} ready in {:.1} s: {} (API {})",
+        started.elapsed().as_secs_f64(),
+        gitea.url,
+        gitea.api()
+    );
+    for user in [&gitea.admin, &gitea.reviewer] {
+        println!(
+            "user {}: password {}, token {}",
+            user.login, user.password, user.token
+        );
+    }
+    println!("repository: {}", gitea.clone_url(repository));
+    println!("Ctrl-C stops it (its data goes with it)");
+    stopped().await?;
+    println!("stopping");
     Ok(())
 }
