@@ -298,7 +298,7 @@ fn statuses_name_each_object_and_sum_them_up() {
     );
     assert_eq!(
         (s[2].state, s[2].description.as_str()),
-        (CommitState::Failure, "1 of 2 plans failed or are denied")
+        (CommitState::Failure, "1 of 2 objects failed or denied")
     );
     let none = pulls::statuses(&[]);
     assert_eq!(none.len(), 1);

@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod forge;
 pub mod local;
 pub mod logs;
 pub mod manager;

@@ -275,6 +275,31 @@ impl Gitea {
         Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// `text` as Gitea renders a comment (its `/markdown` API, GitHub-flavoured): HTML.
+    ///
+    /// # Errors
+    /// The API's.
+    pub async fn render_markdown(&self, text: &str) -> Result<String, GiteaError> {
+        let fail = |message: String| GiteaError::Api {
+            what: "POST /markdown".into(),
+            message,
+        };
+        let response = self
+            .http
+            .post(format!("{}/markdown", self.api()))
+            .header("Authorization", format!("token {}", self.admin.token))
+            .json(&json!({"Text": text, "Mode": "gfm"}))
+            .send()
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let status = response.status();
+        let html = response.text().await.map_err(|e| fail(e.to_string()))?;
+        if !status.is_success() {
+            return Err(fail(format!("{status}: {html}")));
+        }
+        Ok(html)
+    }
+
     /// Makes the admin's empty repository `name` (default branch `main`).
     ///
     /// # Errors

@@ -6,6 +6,7 @@
 //! decides the condition reason a user sees.
 
 mod effects;
+mod forge;
 mod inputs;
 mod runner;
 mod source;
@@ -15,6 +16,7 @@ pub use effects::{
     Clock, Event, EventSink, EventType, HealthChecker, ObjectWriter, PolicySource,
     ResolvedHealthCheck, SystemClock,
 };
+pub use forge::Forge;
 pub use inputs::{InputsPort, ResolvedFile, ResolvedInputs};
 pub use runner::{
     OutputValue, OutputsRequest, PlanKind, PlanRequest, PlanResult, PlanSummary, PlanToStore,

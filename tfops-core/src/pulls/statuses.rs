@@ -64,17 +64,17 @@ pub fn statuses(plans: &[ObjectPlan]) -> Vec<CommitStatus> {
     } else if failed > 0 {
         (
             CommitState::Failure,
-            format!("{failed} of {} plans failed or are denied", plans.len()),
+            format!("{failed} of {} failed or denied", objects(plans.len())),
         )
     } else if pending > 0 {
         (
             CommitState::Pending,
-            format!("planning {pending} of {} objects", plans.len()),
+            format!("planning {pending} of {}", objects(plans.len())),
         )
     } else {
         (
             CommitState::Success,
-            format!("{} objects planned", plans.len()),
+            format!("{} planned", objects(plans.len())),
         )
     };
     out.push(CommitStatus {
@@ -83,6 +83,15 @@ pub fn statuses(plans: &[ObjectPlan]) -> Vec<CommitStatus> {
         description,
     });
     out
+}
+
+/// "1 object", "3 objects".
+fn objects(n: usize) -> String {
+    if n == 1 {
+        "1 object".into()
+    } else {
+        format!("{n} objects")
+    }
 }
 
 fn one(plan: &ObjectPlan) -> CommitStatus {

@@ -1,0 +1,255 @@
+//! [`Forge`] on Gitea's API (v1): reqwest and the few calls tfops makes, each paged where
+//! Gitea pages.
+
+use async_trait::async_trait;
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tfops_core::api::ForgeRepository;
+use tfops_core::ports::{Forge, PortError};
+use tfops_core::pulls::{CommitStatus, MARKER, PullRequest};
+
+/// Items per page asked of Gitea (its default maximum is 50).
+const PAGE: usize = 50;
+
+/// One repository on a Gitea, with one token.
+pub struct GiteaForge {
+    http: reqwest::Client,
+    repository: ForgeRepository,
+    token: String,
+}
+
+impl std::fmt::Debug for GiteaForge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("GiteaForge")
+            .field("repository", &self.repository)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Deserialize)]
+struct User {
+    login: String,
+}
+
+#[derive(Deserialize)]
+struct Branch {
+    #[serde(rename = "ref")]
+    reference: String,
+    sha: String,
+    repo_id: i64,
+}
+
+#[derive(Deserialize)]
+struct Pull {
+    number: u64,
+    user: User,
+    head: Branch,
+    base: Branch,
+}
+
+#[derive(Deserialize)]
+struct ChangedFile {
+    filename: String,
+    #[serde(default)]
+    previous_filename: String,
+}
+
+#[derive(Deserialize)]
+struct Comment {
+    id: u64,
+    body: String,
+    user: User,
+}
+
+impl GiteaForge {
+    /// `repository` through its API with `token`.
+    ///
+    /// # Errors
+    /// When no HTTP client can be made (no TLS provider).
+    pub fn new(repository: ForgeRepository, token: impl Into<String>) -> Result<Self, PortError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(30))
+            .build()
+            .map_err(|e| PortError::Unavailable(format!("building an HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            repository,
+            token: token.into(),
+        })
+    }
+
+    /// `/repos/<owner>/<name>` + `rest`.
+    fn repo_path(&self, rest: &str) -> String {
+        format!(
+            "/repos/{}/{}{rest}",
+            self.repository.owner, self.repository.name
+        )
+    }
+
+    /// Sends a request to `path` of the API; the JSON answer (`Null` for none).
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, PortError> {
+        let what = format!("{method} {path} on {}", self.repository.api_url);
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.repository.api_url))
+            .header("Authorization", format!("token {}", self.token))
+            .header("Accept", "application/json");
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| PortError::Unavailable(format!("{what}: {e}")))?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|e| PortError::Unavailable(format!("{what}: {e}")))?;
+        match status {
+            s if s.is_success() => Ok(serde_json::from_str(&text).unwrap_or(Value::Null)),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                Err(PortError::AccessDenied(format!(
+                    "{what}: {status} (is the token valid, with the scopes docs/pull-requests.md lists?)"
+                )))
+            }
+            StatusCode::NOT_FOUND => Err(PortError::NotFound(format!("{what}: {status}"))),
+            _ => Err(PortError::Unavailable(format!(
+                "{what}: {status}: {}",
+                text.chars().take(300).collect::<String>()
+            ))),
+        }
+    }
+
+    /// Every item of a paged list at `path` (which has no query of its own but `extra`).
+    async fn all<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        extra: &str,
+    ) -> Result<Vec<T>, PortError> {
+        let mut items = Vec::new();
+        for page in 1.. {
+            let answer = self
+                .call(
+                    Method::GET,
+                    &format!("{path}?{extra}page={page}&limit={PAGE}"),
+                    None,
+                )
+                .await?;
+            let batch: Vec<T> = serde_json::from_value(answer).map_err(|e| {
+                PortError::Invalid(format!("Gitea's answer to GET {path} is not a list: {e}"))
+            })?;
+            let last = batch.len() < PAGE;
+            items.extend(batch);
+            if last {
+                break;
+            }
+        }
+        Ok(items)
+    }
+
+    /// The login the token acts as.
+    async fn me(&self) -> Result<String, PortError> {
+        let user: User = serde_json::from_value(self.call(Method::GET, "/user", None).await?)
+            .map_err(|e| PortError::Invalid(format!("Gitea's answer to GET /user: {e}")))?;
+        Ok(user.login)
+    }
+}
+
+#[async_trait]
+impl Forge for GiteaForge {
+    async fn open_pull_requests(&self) -> Result<Vec<PullRequest>, PortError> {
+        let pulls: Vec<Pull> = self.all(&self.repo_path("/pulls"), "state=open&").await?;
+        let mut out = Vec::with_capacity(pulls.len());
+        for pull in pulls {
+            let files: Vec<ChangedFile> = self
+                .all(
+                    &self.repo_path(&format!("/pulls/{}/files", pull.number)),
+                    "",
+                )
+                .await?;
+            // A rename changes both paths.
+            let mut changed: Vec<String> = files
+                .into_iter()
+                .flat_map(|f| [f.filename, f.previous_filename])
+                .filter(|f| !f.is_empty())
+                .collect();
+            changed.sort();
+            changed.dedup();
+            out.push(PullRequest {
+                number: pull.number,
+                head_sha: pull.head.sha,
+                base_ref: pull.base.reference,
+                author: pull.user.login,
+                from_fork: pull.head.repo_id != pull.base.repo_id,
+                changed_files: changed,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn upsert_comment(&self, number: u64, body: &str) -> Result<(), PortError> {
+        let me = self.me().await?;
+        let comments: Vec<Comment> = self
+            .all(&self.repo_path(&format!("/issues/{number}/comments")), "")
+            .await?;
+        let ours = comments
+            .iter()
+            .find(|c| c.user.login == me && c.body.starts_with(MARKER));
+        let (method, path) = match ours {
+            Some(c) => (
+                Method::PATCH,
+                self.repo_path(&format!("/issues/comments/{}", c.id)),
+            ),
+            None => (
+                Method::POST,
+                self.repo_path(&format!("/issues/{number}/comments")),
+            ),
+        };
+        self.call(method, &path, Some(json!({"body": body})))
+            .await
+            .map(drop)
+    }
+
+    async fn set_status(
+        &self,
+        sha: &str,
+        status: &CommitStatus,
+        target_url: &str,
+    ) -> Result<(), PortError> {
+        let body = json!({
+            "state": status.state.as_str(),
+            "context": status.context,
+            "description": status.description,
+            "target_url": target_url,
+        });
+        self.call(
+            Method::POST,
+            &self.repo_path(&format!("/statuses/{sha}")),
+            Some(body),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn can_write(&self, login: &str) -> Result<bool, PortError> {
+        let path = self.repo_path(&format!("/collaborators/{login}/permission"));
+        match self.call(Method::GET, &path, None).await {
+            Ok(answer) => Ok(matches!(
+                answer["permission"].as_str(),
+                Some("write" | "admin" | "owner")
+            )),
+            // Not a collaborator (or no such user).
+            Err(PortError::NotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
