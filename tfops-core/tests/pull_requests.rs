@@ -384,3 +384,116 @@ proptest! {
         }
     }
 }
+
+mod trust {
+    use super::*;
+    use std::collections::BTreeSet;
+    use tfops_core::pulls::{PullComment, Trust, trust};
+
+    const HEAD: &str = "abcdef0123456789abcdef0123456789abcdef01";
+
+    fn by(author: &str, fork: bool) -> PullRequest {
+        PullRequest {
+            author: author.into(),
+            from_fork: fork,
+            ..pull(3, HEAD, &[])
+        }
+    }
+
+    fn writers(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn said(author: &str, body: &str) -> PullComment {
+        PullComment {
+            author: author.into(),
+            body: body.into(),
+        }
+    }
+
+    #[test]
+    fn collaborators_are_trusted_by_default_and_a_list_replaces_them() {
+        let w = writers(&["alice", "bob"]);
+        assert_eq!(
+            trust(&by("alice", false), &[], &w, &[]),
+            Trust::Author("alice".into())
+        );
+        let t = trust(&by("mallory", false), &[], &w, &[]);
+        assert!(!t.allows());
+        let Trust::Untrusted(why) = t else {
+            unreachable!()
+        };
+        assert!(
+            why.starts_with("not planned: mallory has no write permission"),
+            "{why}"
+        );
+        assert!(
+            why.contains("`/tfops plan abcdef012345`"),
+            "says how: {why}"
+        );
+        // With a list, only the list: a writer not on it is not trusted.
+        let list = vec!["carol".to_string()];
+        assert!(!trust(&by("alice", false), &list, &w, &[]).allows());
+        assert!(trust(&by("carol", false), &list, &w, &[]).allows());
+    }
+
+    #[test]
+    fn a_forks_author_is_trusted_only_when_listed() {
+        let w = writers(&["alice"]);
+        let t = trust(&by("alice", true), &[], &w, &[]);
+        let Trust::Untrusted(why) = t else {
+            panic!("{t:?}")
+        };
+        assert!(
+            why.contains("from a fork and is not in trustedAuthors"),
+            "{why}"
+        );
+        assert!(trust(&by("alice", true), &["alice".into()], &w, &[]).allows());
+    }
+
+    #[test]
+    fn a_trusted_user_plans_an_untrusted_head_by_naming_it() {
+        let w = writers(&["alice", "mallory"]);
+        let pr = by("eve", false);
+        let asked = |c: &[PullComment]| trust(&pr, &[], &w, c);
+        assert_eq!(
+            asked(&[said("alice", "Read it.\n/tfops plan abcdef0")]),
+            Trust::AskedBy("alice".into())
+        );
+        assert_eq!(
+            asked(&[said(
+                "alice",
+                &format!("/tfops plan {}", HEAD.to_uppercase())
+            )]),
+            Trust::AskedBy("alice".into())
+        );
+        for (who, body) in [
+            ("alice", "/tfops plan"),                // no head named
+            ("alice", "/tfops plan abcdef"),         // too short
+            ("alice", "/tfops plan 1234567"),        // another head (an earlier push)
+            ("alice", "/tfops plan abcdef0 please"), // not the command alone
+            ("alice", "please /tfops plan abcdef0"), // not at the line's start
+            ("eve", "/tfops plan abcdef0"),          // the author vouching for themselves
+            ("stranger", "/tfops plan abcdef0"),     // someone untrusted
+        ] {
+            assert!(!asked(&[said(who, body)]).allows(), "{who}: {body}");
+        }
+        // The author, even with write permission, cannot vouch for themselves either way:
+        // they are trusted as the author.
+        let w = writers(&["eve"]);
+        assert_eq!(trust(&pr, &[], &w, &[]), Trust::Author("eve".into()));
+    }
+
+    proptest! {
+        /// A comment naming another head never plans this one, whoever wrote it.
+        #[test]
+        fn a_command_for_another_head_never_counts(
+            sha in "[0-9a-f]{7,40}",
+            who in prop::sample::select(vec!["alice", "bob", "eve"]),
+        ) {
+            prop_assume!(!HEAD.starts_with(&sha));
+            let t = trust(&by("eve", false), &[], &writers(&["alice"]), &[said(who, &format!("/tfops plan {sha}"))]);
+            prop_assert!(!t.allows(), "{t:?}");
+        }
+    }
+}

@@ -25,8 +25,9 @@ pub struct PullRequests {
     pub token_secret_ref: TokenSecretRef,
     /// Forge logins whose pull requests are planned as soon as they are opened or pushed to.
     /// Default (empty): the repository's collaborators with write permission. Listed or not,
-    /// the author of a pull request from a fork is trusted only when listed here. Others' pull
-    /// requests are planned once a trusted user comments `/tfops plan` on them.
+    /// the author of a pull request from a fork is trusted only when listed here. Another's
+    /// pull request is planned once a trusted user has read it and comments `/tfops plan
+    /// <commit>` naming its head (a later push needs a new comment).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trusted_authors: Vec<String>,
 }
