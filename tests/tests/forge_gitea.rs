@@ -8,8 +8,8 @@
 use reqwest::Method;
 use serde_json::json;
 use tfops_core::api::{ForgeRepository, ObjectKey, ObjectMeta, TerraformObject};
-use tfops_core::ports::{Forge, PlanSummary};
-use tfops_core::pulls::{self, CommitState, MARKER, ObjectPlan, Outcome};
+use tfops_core::ports::PlanSummary;
+use tfops_core::pulls::{self, CommitState, Forge, MARKER, ObjectPlan, Outcome};
 use tfops_operator::forge::GiteaForge;
 use tfops_testcluster::gitea::Gitea;
 
@@ -110,7 +110,8 @@ async fn the_client_lists_comments_and_sets_statuses_on_a_real_gitea() {
     assert_eq!(touched.len(), 1);
     assert_eq!(touched[0].key.name, "a");
 
-    // Someone else's comment with the marker is never taken for ours.
+    // Someone else's comment with the marker is never taken for ours; 50 more comments come
+    // before ours (Gitea gives an issue's comments whole, not in pages).
     let comments = format!("/repos/tfops-admin/infra/issues/{number}/comments");
     gitea
         .call(
@@ -121,22 +122,34 @@ async fn the_client_lists_comments_and_sets_statuses_on_a_real_gitea() {
         )
         .await
         .unwrap();
+    for i in 0..50 {
+        gitea
+            .call(
+                &gitea.reviewer,
+                Method::POST,
+                &comments,
+                Some(json!({"body": format!("looking ({i})")})),
+            )
+            .await
+            .unwrap();
+    }
     let first = pulls::comment(&head, &[planned("a")], pulls::COMMENT_BUDGET, |_| {
         String::new()
     });
     forge.upsert_comment(number, &first).await.unwrap();
     let second = first.replace("+1 ~0 -0", "+1 ~1 -0");
     forge.upsert_comment(number, &second).await.unwrap();
+    // (Gitea lists an issue's comments whole.)
     let listed = gitea
         .call(&gitea.admin, Method::GET, &comments, None)
         .await
         .unwrap();
     let listed = listed.as_array().unwrap();
-    assert_eq!(listed.len(), 2, "one comment of ours, edited: {listed:#?}");
+    assert_eq!(listed.len(), 52, "one comment of ours, edited in place");
     assert_eq!(listed[0]["user"]["login"], "reviewer");
     assert_eq!(listed[0]["body"], format!("{MARKER}\nall good, apply it"));
-    assert_eq!(listed[1]["user"]["login"], "tfops-admin");
-    assert_eq!(listed[1]["body"], second.as_str());
+    assert_eq!(listed[51]["user"]["login"], "tfops-admin");
+    assert_eq!(listed[51]["body"], second.as_str());
 
     // What reviewers see: Gitea folds each plan.
     let rendered = gitea.render_markdown(&second).await.unwrap();
@@ -191,6 +204,10 @@ async fn the_client_lists_comments_and_sets_statuses_on_a_real_gitea() {
     assert!(forge.can_write("reviewer").await.unwrap());
     assert!(forge.can_write("tfops-admin").await.unwrap());
     assert!(!forge.can_write("nobody").await.unwrap());
+    // A token of a user with write permission only: Gitea does not tell it who may write.
+    let writer = GiteaForge::new(repository.clone(), gitea.reviewer.token.clone()).unwrap();
+    let e = writer.can_write("tfops-admin").await.unwrap_err();
+    assert!(e.to_string().contains("only to its admins"), "{e}");
     // A token that is not one: refused, in words.
     let stranger = GiteaForge::new(repository, "0".repeat(40)).unwrap();
     let e = stranger.open_pull_requests().await.unwrap_err();

@@ -820,6 +820,7 @@ fn served_metrics() -> BTreeMap<String, String> {
     use tfops_kube::controller::ReconcileObserver;
     let metrics = tfops_operator::manager::metrics::Metrics::new();
     metrics.api_request("GET", 200);
+    metrics.webhook_delivery("push", "accepted");
     let report: RunReport = RunReport {
         records: vec![Record {
             step: StepKind::ResolveSource,

@@ -202,7 +202,7 @@ async fn an_approval_given_during_the_apply_applies_no_later_plan() {
 }
 
 /// A plan approved but made again differently is not applied, and Ready says it awaits
-/// approval again (no longer applying) from the time that plan was made.
+/// approval again (no longer applying); it stayed Unknown, so its transition time stays.
 #[tokio::test]
 async fn an_approved_plan_that_changed_goes_back_to_awaiting_approval() {
     let w = world();
@@ -271,4 +271,22 @@ async fn an_approval_taken_up_by_a_driver_that_died_is_carried_on_at_once() {
     // And nothing more after that.
     reconcile(&w, &key).await;
     assert_eq!(w.applies(&key), 1);
+}
+
+/// An approval given while no apply window is open does not read as applying: the run plans
+/// again and waits for the window, saying so, without flipping to "applying" first.
+#[tokio::test]
+async fn an_approval_outside_the_apply_window_waits_without_saying_applying() {
+    let w = world();
+    // Weekdays 22:00 to 02:00 UTC; the fakes' clock starts on Sunday at noon.
+    let nightly = json!([{"schedule": "0 22 * * 1-5", "duration": "4h"}]);
+    let key = w.create(object("vpc", json!({"applyWindows": nightly})));
+    reconcile(&w, &key).await;
+    w.annotate(&key, annotations::APPROVE, &format!("{PLAN}@t1"));
+    w.annotate(&key, annotations::RECONCILE, "r1");
+    reconcile(&w, &key).await;
+    assert_eq!(w.applies(&key), 0);
+    let replanning = status_during(&w, FakeOp::Plan, 1);
+    assert_ne!(ready_of(&replanning).reason, "TerraformApplying");
+    assert_eq!(ready(&w, &key).1, "ApplyWindowClosed");
 }

@@ -233,11 +233,11 @@ fn the_comment_says_each_object_once_and_folds_each_plan() {
         "{c}"
     );
     assert!(
-        c.contains("- ❌ **team-a/db** (`envs/db`): `+1 ~0 -0`, **denied by policy**: no-public-db/deny: databases must be private, **replaces** `aws_db_instance.main`"),
+        c.contains("- ❌ **team-a/db** (`envs/db`): `+1 ~0 -0`, **denied by policy**: `no-public-db/deny: databases must be private`, **replaces** `aws_db_instance.main`"),
         "{c}"
     );
     assert!(
-        c.contains("- ❌ **team-a/app** (`envs/app`): plan failed (TFExecPlanFailed): Error: Reference to undeclared input variable on main.tf line 2"),
+        c.contains("- ❌ **team-a/app** (`envs/app`): plan failed (`TFExecPlanFailed`): `Error: Reference to undeclared input variable on main.tf line 2`"),
         "{c}"
     );
     assert!(
@@ -255,6 +255,33 @@ fn the_comment_says_each_object_once_and_folds_each_plan() {
     let nothing = pulls::comment("h", &[], 60_000, hint);
     assert!(nothing.contains("nothing to plan"), "{nothing}");
     assert!(pulls::closed(true).starts_with(MARKER));
+}
+
+/// What a pull request controls (resource addresses, Terraform's error text) stays inside code
+/// spans it cannot close, and long lists are cut.
+#[test]
+fn text_from_the_pull_request_cannot_escape_its_summary_line() {
+    let mut hostile = planned("net", "x");
+    if let Outcome::Planned { replaced, .. } = &mut hostile.outcome {
+        replaced.push("a` <!-- hidden".into());
+        replaced.extend((0..14).map(|i| format!("r{i}")));
+    }
+    let failed = ObjectPlan {
+        key: key("app"),
+        path: "envs/app".into(),
+        outcome: Outcome::Failed {
+            reason: "TFExecPlanFailed".into(),
+            message: "Error: ``x`` [click](http://evil) <!--\n- ✅ fake line".into(),
+        },
+    };
+    let c = pulls::comment("h", &[hostile, failed], 60_000, hint);
+    assert!(c.contains("**replaces** ``a` <!-- hidden``, `r0`"), "{c}");
+    assert!(c.contains("`r8`, and 5 more"), "{c}");
+    assert!(
+        c.contains("plan failed (`TFExecPlanFailed`): ```Error: ``x`` [click](http://evil) <!-- - ✅ fake line```"),
+        "{c}"
+    );
+    assert_eq!(c.matches("\n- ").count(), 2, "one line per object: {c}");
 }
 
 #[test]
@@ -428,7 +455,7 @@ mod trust {
             "{why}"
         );
         assert!(
-            why.contains("`/tfops plan abcdef012345`"),
+            why.contains(&format!("`/tfops plan {HEAD}`")),
             "says how: {why}"
         );
         // With a list, only the list: a writer not on it is not trusted.
@@ -457,7 +484,7 @@ mod trust {
         let pr = by("eve", false);
         let asked = |c: &[PullComment]| trust(&pr, &[], &w, c);
         assert_eq!(
-            asked(&[said("alice", "Read it.\n/tfops plan abcdef0")]),
+            asked(&[said("alice", &format!("Read it.\n/tfops plan {HEAD}"))]),
             Trust::AskedBy("alice".into())
         );
         assert_eq!(
@@ -467,16 +494,19 @@ mod trust {
             )]),
             Trust::AskedBy("alice".into())
         );
+        let other = "1234567890abcdef1234567890abcdef12345678";
         for (who, body) in [
-            ("alice", "/tfops plan"),                // no head named
-            ("alice", "/tfops plan abcdef"),         // too short
-            ("alice", "/tfops plan 1234567"),        // another head (an earlier push)
-            ("alice", "/tfops plan abcdef0 please"), // not the command alone
-            ("alice", "please /tfops plan abcdef0"), // not at the line's start
-            ("eve", "/tfops plan abcdef0"),          // the author vouching for themselves
-            ("stranger", "/tfops plan abcdef0"),     // someone untrusted
+            ("alice", "/tfops plan".to_string()), // no head named
+            // A prefix, however long: a commit can be made to start with it.
+            ("alice", format!("/tfops plan {}", &HEAD[..12])),
+            ("alice", format!("/tfops plan {}", &HEAD[..39])),
+            ("alice", format!("/tfops plan {other}")), // another head (an earlier push)
+            ("alice", format!("/tfops plan {HEAD} please")), // not the command alone
+            ("alice", format!("please /tfops plan {HEAD}")), // not at the line's start
+            ("eve", format!("/tfops plan {HEAD}")),    // the author vouching for themselves
+            ("stranger", format!("/tfops plan {HEAD}")), // someone untrusted
         ] {
-            assert!(!asked(&[said(who, body)]).allows(), "{who}: {body}");
+            assert!(!asked(&[said(who, &body)]).allows(), "{who}: {body}");
         }
         // The author, even with write permission, cannot vouch for themselves either way:
         // they are trusted as the author.
@@ -485,13 +515,14 @@ mod trust {
     }
 
     proptest! {
-        /// A comment naming another head never plans this one, whoever wrote it.
+        /// A comment naming anything but the whole head (a prefix included) never plans it,
+        /// whoever wrote it.
         #[test]
         fn a_command_for_another_head_never_counts(
-            sha in "[0-9a-f]{7,40}",
+            sha in "[0-9a-f]{1,40}",
             who in prop::sample::select(vec!["alice", "bob", "eve"]),
         ) {
-            prop_assume!(!HEAD.starts_with(&sha));
+            prop_assume!(sha != HEAD);
             let t = trust(&by("eve", false), &[], &writers(&["alice"]), &[said(who, &format!("/tfops plan {sha}"))]);
             prop_assert!(!t.allows(), "{t:?}");
         }

@@ -20,8 +20,9 @@ pub struct PullRequests {
     #[serde(default, rename = "apiURL", skip_serializing_if = "Option::is_none")]
     pub api_url: Option<String>,
     /// A Secret in the object's namespace and its key holding the forge token tfops acts with
-    /// (Gitea: scopes `read:repository`, `write:repository` for commit statuses, and
-    /// `write:issue` for the comment). Read by the controller only.
+    /// (Gitea: a user with admin permission on the repository, scopes `read:user`,
+    /// `read:repository`, `write:repository` for commit statuses and `write:issue` for the
+    /// comment). Read by the controller only.
     pub token_secret_ref: TokenSecretRef,
     /// Forge logins whose pull requests are planned as soon as they are opened or pushed to.
     /// Default (empty): the repository's collaborators with write permission. Listed or not,
@@ -78,6 +79,8 @@ impl PullRequests {
     /// # Errors
     /// Why the URL names no repository of a forge's HTTP API, in words naming the field.
     pub fn repository(&self, source_url: &str) -> Result<ForgeRepository, String> {
+        // Messages reach status and events: never the URL's credentials.
+        let shown = redacted(source_url);
         let (scheme, rest) = source_url
             .split_once("://")
             .filter(|(s, _)| *s == "http" || *s == "https")
@@ -96,11 +99,11 @@ impl PullRequests {
             .collect();
         let [prefix @ .., owner, name] = segments.as_slice() else {
             return Err(format!(
-                "spec.sourceRef.url {source_url} names no <owner>/<repository> on the forge"
+                "spec.sourceRef.url {shown} names no <owner>/<repository> on the forge"
             ));
         };
         if host.is_empty() {
-            return Err(format!("spec.sourceRef.url {source_url} has no host"));
+            return Err(format!("spec.sourceRef.url {shown} has no host"));
         }
         let api_url = match &self.api_url {
             Some(url) => url.trim_end_matches('/').to_string(),
@@ -112,6 +115,20 @@ impl PullRequests {
             owner: owner.to_string(),
             name: name.to_string(),
         })
+    }
+}
+
+/// `url` without the user and password of its authority (`https://***@host/...`).
+fn redacted(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let end = rest.find('/').unwrap_or(rest.len());
+            match rest[..end].rsplit_once('@') {
+                Some((_, host)) => format!("{scheme}://***@{host}{}", &rest[end..]),
+                None => url.to_string(),
+            }
+        }
+        None => url.to_string(),
     }
 }
 
@@ -193,6 +210,13 @@ mod tests {
         assert!(e.starts_with("spec.sourceRef.url must be an http"), "{e}");
         let e = p.repository("https://git.example.com/infra").unwrap_err();
         assert!(e.contains("names no <owner>/<repository>"), "{e}");
+        let e = p
+            .repository("https://bot:s3cret@git.example.com/infra")
+            .unwrap_err();
+        assert!(
+            e.contains("https://***@git.example.com/infra") && !e.contains("s3cret"),
+            "{e}"
+        );
         let mut bad = pulls(Some("git.example.com"));
         bad.trusted_authors = vec!["a b".into()];
         bad.token_secret_ref.name = String::new();

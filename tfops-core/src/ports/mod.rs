@@ -6,7 +6,6 @@
 //! decides the condition reason a user sees.
 
 mod effects;
-mod forge;
 mod inputs;
 mod runner;
 mod source;
@@ -16,7 +15,6 @@ pub use effects::{
     Clock, Event, EventSink, EventType, HealthChecker, ObjectWriter, PolicySource,
     ResolvedHealthCheck, SystemClock,
 };
-pub use forge::Forge;
 pub use inputs::{InputsPort, ResolvedFile, ResolvedInputs};
 pub use runner::{
     OutputValue, OutputsRequest, PlanKind, PlanRequest, PlanResult, PlanSummary, PlanToStore,

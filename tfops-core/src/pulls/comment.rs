@@ -1,7 +1,7 @@
 //! The one comment tfops keeps on a pull request, edited in place: found again by a hidden
 //! marker, a summary line per object first, then each plan folded, within a size budget.
 
-use super::statuses::cut;
+use super::statuses::{cut, one_line};
 use super::{ObjectPlan, Outcome};
 use crate::api::ObjectKey;
 
@@ -91,18 +91,48 @@ pub fn closed(merged: bool) -> String {
     )
 }
 
+/// At most this many addresses or findings of one object in its summary line.
+const LIST_MAX: usize = 10;
+
+/// Text from the pull request or its plan (a failure's message, resource addresses, policy
+/// findings naming them) in a code span it cannot close: on one line, at most `max`
+/// characters, and fenced by more backticks than it holds in a row, so that no Markdown or
+/// HTML of its own (a hidden `<!--`, a link, a fake line) reaches the comment.
+fn code(text: &str, max: usize) -> String {
+    let text = cut(&one_line(text), max);
+    let fence = "`".repeat(longest_backticks(&text) + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
+/// `items` as code spans, at most [`LIST_MAX`], then how many more.
+fn list(items: &[String]) -> String {
+    let mut shown: Vec<String> = items.iter().take(LIST_MAX).map(|i| code(i, 200)).collect();
+    if items.len() > LIST_MAX {
+        shown.push(format!("and {} more", items.len() - LIST_MAX));
+    }
+    shown.join(", ")
+}
+
 fn summary_line(plan: &ObjectPlan) -> String {
     let who = format!(
-        "**{}/{}** (`{}`)",
+        "**{}/{}** ({})",
         plan.key.namespace,
         plan.key.name,
-        path(&plan.path)
+        code(path(&plan.path), 200)
     );
     match &plan.outcome {
         Outcome::Planning => format!("- ⏳ {who}: planning…"),
         Outcome::Failed { reason, message } => {
-            let message = cut(&one_line(message), FAILURE_MAX);
-            format!("- ❌ {who}: plan failed ({reason}): {message}")
+            let reason = code(reason, 100);
+            format!(
+                "- ❌ {who}: plan failed ({reason}): {}",
+                code(message, FAILURE_MAX)
+            )
         }
         Outcome::Planned {
             summary,
@@ -116,15 +146,14 @@ fn summary_line(plan: &ObjectPlan) -> String {
             } else {
                 format!(
                     "- ❌ {who}: `{summary}`, **denied by policy**: {}",
-                    denials.join("; ")
+                    list(denials)
                 )
             };
             if !replaced.is_empty() {
-                let list: Vec<String> = replaced.iter().map(|r| format!("`{r}`")).collect();
-                line.push_str(&format!(", **replaces** {}", list.join(", ")));
+                line.push_str(&format!(", **replaces** {}", list(replaced)));
             }
             if !warnings.is_empty() {
-                line.push_str(&format!(", policy warnings: {}", warnings.join("; ")));
+                line.push_str(&format!(", policy warnings: {}", list(warnings)));
             }
             line
         }
@@ -151,8 +180,12 @@ fn folded(key: &ObjectKey, text: Option<&str>, hint: &impl Fn(&ObjectKey) -> Str
 
 /// A code fence longer than any run of backticks in `text`, so the plan cannot close it.
 fn fence_for(text: &str) -> String {
-    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
-    "`".repeat(longest.max(2) + 1)
+    "`".repeat(longest_backticks(text).max(2) + 1)
+}
+
+/// The longest run of backticks in `text`.
+fn longest_backticks(text: &str) -> usize {
+    text.split(|c| c != '`').map(str::len).max().unwrap_or(0)
 }
 
 fn path(p: &str) -> &str {
@@ -161,8 +194,4 @@ fn path(p: &str) -> &str {
     } else {
         p
     }
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -1,18 +1,20 @@
 //! Plans of pull requests, decided purely (no clock, no IO): which objects a pull request
 //! plans ([`touched`]), whose heads may be planned ([`trust`]), which plans a push or a close
 //! makes stale ([`plans_to_make`]), and what the pull request shows ([`comment`],
-//! [`statuses`]).
+//! [`statuses`]); and the port to the forge that shows it ([`Forge`]).
 //!
 //! A pull request's plan is speculative: made at its head, read-only on the object's state,
 //! never applied, and shown to reviewers. The object's own status and pending plan are not
 //! touched by it.
 
 mod comment;
+mod forge;
 mod plans;
 mod statuses;
 mod trust;
 
 pub use comment::{COMMENT_BUDGET, MARKER, closed, comment};
+pub use forge::Forge;
 pub use plans::{PlanAction, PlanRef, plans_to_make};
 pub use statuses::{AGGREGATE_CONTEXT, CommitState, CommitStatus, context, statuses};
 pub use trust::{PLAN_COMMAND, PullComment, Trust, trust};

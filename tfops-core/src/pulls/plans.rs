@@ -27,8 +27,8 @@ pub enum PlanAction {
 }
 
 /// The plans to make and remove, given the open pull requests of a repository with the
-/// objects each touches and whether its head may be planned (`None`: its author is not
-/// trusted and no trusted user asked for a plan of this head), and the plans stored.
+/// objects each touches and whether its head may be planned ([`super::Trust::allows`]), and
+/// the plans stored.
 /// Removals first, then what to make, each in a stable order.
 pub fn plans_to_make(
     open: &[(PullRequest, Vec<Touched>, bool)],

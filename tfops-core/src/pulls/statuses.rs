@@ -118,9 +118,10 @@ fn one(plan: &ObjectPlan) -> CommitStatus {
             }
             (CommitState::Success, d)
         }
-        Outcome::Failed { reason, message } => {
-            (CommitState::Failure, format!("{reason}: {message}"))
-        }
+        Outcome::Failed { reason, message } => (
+            CommitState::Failure,
+            format!("{reason}: {}", one_line(message)),
+        ),
     };
     CommitStatus {
         context: context(&plan.key),
@@ -137,4 +138,9 @@ pub(super) fn cut(text: &str, max: usize) -> String {
     let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
     out.push('…');
     out
+}
+
+/// `text` on one line: every run of whitespace (newlines included) one space.
+pub(super) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -1,8 +1,8 @@
 //! Whose pull requests are planned. A plan runs the pull request's Terraform (its data
 //! sources, provider configuration, external programs) with the plan identity's credentials,
 //! so only code someone trusted vouches for is planned: a trusted author's, or a head a
-//! trusted user asked for by its commit (`/tfops plan <sha>`, which a later push does not
-//! carry over to).
+//! trusted user asked for by its whole commit id (`/tfops plan <sha>`, which a later push
+//! does not carry over to: a prefix could be matched by a commit made to match it).
 
 use std::collections::BTreeSet;
 
@@ -10,9 +10,6 @@ use super::PullRequest;
 
 /// The command a trusted user comments to plan an untrusted head.
 pub const PLAN_COMMAND: &str = "/tfops plan";
-
-/// Shortest commit prefix a command may name.
-const MIN_SHA: usize = 7;
 
 /// A comment on a pull request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,8 +41,8 @@ impl Trust {
 /// Whom to trust: `trusted_authors` (`spec.sourceRef.pullRequests.trustedAuthors`) when it
 /// lists anyone, else the `writers` (logins with write permission on the repository, as the
 /// forge says). A fork's author is trusted only when listed. A head of anyone else is planned
-/// once a trusted user other than its author comments `/tfops plan <sha>` naming it (at least
-/// seven hex digits of it).
+/// once a trusted user other than its author comments `/tfops plan <sha>` naming its whole
+/// commit id (a prefix would not do: an author can make a commit whose id starts with one).
 pub fn trust(
     pull: &PullRequest,
     trusted_authors: &[String],
@@ -65,7 +62,6 @@ pub fn trust(
     if let Some(c) = asked {
         return Trust::AskedBy(c.author.clone());
     }
-    let short: String = pull.head_sha.chars().take(12).collect();
     let whose = if pull.from_fork {
         format!("{author} opened it from a fork and is not in trustedAuthors")
     } else if trusted_authors.is_empty() {
@@ -75,20 +71,20 @@ pub fn trust(
     };
     Trust::Untrusted(format!(
         "not planned: {whose}. A plan runs this code with the plan identity's credentials; \
-         once you have read it, a trusted user can plan this head by commenting `{PLAN_COMMAND} {short}`"
+         once you have read it, a trusted user can plan this head by commenting `{PLAN_COMMAND} {}`",
+        pull.head_sha
     ))
 }
 
-/// Whether `body` holds a line `/tfops plan <sha>` whose sha is a prefix of `head`.
+/// Whether `body` holds a line `/tfops plan <sha>` naming `head` whole.
 fn names_head(body: &str, head: &str) -> bool {
     body.lines().any(|line| {
         let mut words = line.split_whitespace();
         let command = (words.next(), words.next());
-        let sha = words.next().unwrap_or_default().to_ascii_lowercase();
+        let sha = words.next().unwrap_or_default();
         command == (Some("/tfops"), Some("plan"))
             && words.next().is_none()
-            && sha.len() >= MIN_SHA
-            && sha.bytes().all(|b| b.is_ascii_hexdigit())
-            && head.to_ascii_lowercase().starts_with(&sha)
+            && !head.is_empty()
+            && sha.eq_ignore_ascii_case(head)
     })
 }

@@ -46,7 +46,13 @@ pub(super) fn approval(
 pub(super) fn taken_up(run: &mut Run<'_>, valid: &ValidSpec) {
     let start = run.start();
     let pending = start.plan.pending.as_str();
-    if pending.is_empty() || start.plan.pending_digest.is_empty() || run.s.object.spec.plan_only {
+    // Not when no apply could start anyway: the run ends waiting for the window (Ready says
+    // so), and saying "applying" first would flip Argo CD's health at every run.
+    if pending.is_empty()
+        || start.plan.pending_digest.is_empty()
+        || run.s.object.spec.plan_only
+        || !super::window::open_now(run)
+    {
         return;
     }
     if let Some(how) = given(run, valid, pending) {

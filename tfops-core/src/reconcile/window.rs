@@ -15,6 +15,13 @@ use super::timing::elapsed;
 use crate::conditions::{ConditionStatus, ConditionType, Reason};
 use crate::windows::Gate;
 
+/// Whether an apply may start now as far as `spec.applyWindows` says (at the run's start:
+/// nothing attempted yet).
+pub(super) fn open_now(run: &Run<'_>) -> bool {
+    let s = run.s;
+    s.object.spec.force || run.windows.is_empty() || matches!(run.windows.gate(s.now), Gate::Open)
+}
+
 /// Goes on when an apply may start now; otherwise ends the run until the next opening.
 /// `what`: the plan to apply, for the message (`plan … at …`).
 pub(super) fn window(run: &mut Run<'_>, what: &str) -> Result<(), Stop> {

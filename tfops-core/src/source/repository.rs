@@ -2,7 +2,8 @@
 //! its clone, web and SSH URLs, and objects name it by any of them (with credentials, with or
 //! without `.git`).
 
-/// `host/owner/repo` (lowercase host, no scheme, user, port, trailing `/` or `.git`) for a
+/// `host/owner/repo` (lowercase, as forges compare them; no scheme, user, port, trailing `/`
+/// or `.git`) for a
 /// Git URL (`https://`, `http://`, `ssh://`, `git://`, or scp-like `user@host:path`); `None`
 /// for anything else (a local path, an OCI reference). Two URLs of one repository give the
 /// same identity; the port is left out so that a repository's SSH and HTTPS URLs match.
@@ -14,7 +15,8 @@ pub fn repository_id(url: &str) -> Option<String> {
         // scp-like: `git@host:owner/repo.git`.
         None => {
             let (host, path) = url.split_once(':')?;
-            if host.contains('/') || path.starts_with('/') && host.is_empty() {
+            // A Windows path (`C:\x`) or a local path with a colon is not a repository.
+            if host.contains('/') || host.len() < 2 || path.starts_with('\\') {
                 return None;
             }
             (host, path)
@@ -30,7 +32,7 @@ pub fn repository_id(url: &str) -> Option<String> {
     if host.is_empty() || path.is_empty() {
         return None;
     }
-    Some(format!("{host}/{path}"))
+    Some(format!("{host}/{}", path.to_ascii_lowercase()))
 }
 
 #[cfg(test)]
@@ -52,5 +54,11 @@ mod tests {
         assert_ne!(repository_id("https://git.example.com/team/infra-live"), id);
         assert_eq!(repository_id("oci://registry.example.com/infra"), None);
         assert_eq!(repository_id("/srv/infra"), None);
+        assert_eq!(repository_id("C:\\infra"), None);
+        assert_eq!(
+            repository_id("https://git.example.com/Team/Infra.git"),
+            id,
+            "forges compare owner and name without case"
+        );
     }
 }

@@ -6,11 +6,15 @@ use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tfops_core::api::ForgeRepository;
-use tfops_core::ports::{Forge, PortError};
-use tfops_core::pulls::{CommitStatus, MARKER, PullRequest};
+use tfops_core::ports::PortError;
+use tfops_core::pulls::{CommitStatus, Forge, MARKER, PullRequest};
 
-/// Items per page asked of Gitea (its default maximum is 50).
+/// Items per page asked of Gitea (its default maximum is 50; an instance may allow fewer, so
+/// a short page does not mean the last).
 const PAGE: usize = 50;
+
+/// Pages read at most of one list (a server that ignored `page` would repeat itself).
+const MAX_PAGES: usize = 200;
 
 /// One repository on a Gitea, with one token.
 pub struct GiteaForge {
@@ -97,11 +101,17 @@ impl GiteaForge {
         body: Option<Value>,
     ) -> Result<Value, PortError> {
         let what = format!("{method} {path} on {}", self.repository.api_url);
+        let mut auth = reqwest::header::HeaderValue::from_str(&format!("token {}", self.token))
+            .map_err(|_| {
+                PortError::Invalid("the forge token is not a valid header value".into())
+            })?;
+        // Kept out of any debug output of the request.
+        auth.set_sensitive(true);
         let mut request = self
             .http
             .request(method, format!("{}{path}", self.repository.api_url))
-            .header("Authorization", format!("token {}", self.token))
-            .header("Accept", "application/json");
+            .header(reqwest::header::AUTHORIZATION, auth)
+            .header(reqwest::header::ACCEPT, "application/json");
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -136,7 +146,7 @@ impl GiteaForge {
         extra: &str,
     ) -> Result<Vec<T>, PortError> {
         let mut items = Vec::new();
-        for page in 1.. {
+        for page in 1..=MAX_PAGES {
             let answer = self
                 .call(
                     Method::GET,
@@ -147,13 +157,17 @@ impl GiteaForge {
             let batch: Vec<T> = serde_json::from_value(answer).map_err(|e| {
                 PortError::Invalid(format!("Gitea's answer to GET {path} is not a list: {e}"))
             })?;
-            let last = batch.len() < PAGE;
-            items.extend(batch);
-            if last {
-                break;
+            // Read until an empty page: Gitea caps `limit` at its MAX_RESPONSE_ITEMS.
+            if batch.is_empty() {
+                return Ok(items);
             }
+            items.extend(batch);
         }
-        Ok(items)
+        // A partial list must not pass for a whole one (pull requests not listed would count
+        // as closed).
+        Err(PortError::Unavailable(format!(
+            "GET {path}: more than {MAX_PAGES} pages of {PAGE}; refusing a partial list"
+        )))
     }
 
     /// The login the token acts as.
@@ -198,9 +212,13 @@ impl Forge for GiteaForge {
 
     async fn upsert_comment(&self, number: u64, body: &str) -> Result<(), PortError> {
         let me = self.me().await?;
-        let comments: Vec<Comment> = self
-            .all(&self.repo_path(&format!("/issues/{number}/comments")), "")
-            .await?;
+        // Gitea does not page an issue's comments (the endpoint takes no `page`): one request
+        // gives them all.
+        let path = self.repo_path(&format!("/issues/{number}/comments"));
+        let comments: Vec<Comment> =
+            serde_json::from_value(self.call(Method::GET, &path, None).await?).map_err(|e| {
+                PortError::Invalid(format!("Gitea's answer to GET {path} is not a list: {e}"))
+            })?;
         let ours = comments
             .iter()
             .find(|c| c.user.login == me && c.body.starts_with(MARKER));
@@ -249,6 +267,12 @@ impl Forge for GiteaForge {
             )),
             // Not a collaborator (or no such user).
             Err(PortError::NotFound(_)) => Ok(false),
+            // Gitea answers who may write only to the repository's admins.
+            Err(PortError::AccessDenied(_)) => Err(PortError::AccessDenied(format!(
+                "{}: Gitea tells who may write to {}/{} only to its admins: give the token's user \
+                 admin permission on the repository, or list trustedAuthors",
+                path, self.repository.owner, self.repository.name
+            ))),
             Err(e) => Err(e),
         }
     }

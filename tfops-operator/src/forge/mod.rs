@@ -1,4 +1,4 @@
-//! Forges behind [`tfops_core::ports::Forge`]: Gitea.
+//! Forges behind [`tfops_core::pulls::Forge`]: Gitea.
 
 mod gitea;
 

@@ -2,8 +2,10 @@
 //! poller resolve that repository's sources at once, instead of at its next poll.
 //!
 //! The signature (`X-Gitea-Signature`, HMAC-SHA256 of the raw body with the secret of
-//! `--webhook-secret-file`) is checked, in constant time, before anything of the body is read;
-//! a missing or wrong one is refused with 401 and nothing happens. A delivery id seen before
+//! `--webhook-secret-file`) is checked, in constant time, before anything of the body is
+//! parsed; a missing or wrong one is refused with 401 and nothing happens. What an unsigned
+//! caller can cost is bounded: a body of at most [`MAX_BODY`], read within [`READ_TIMEOUT`],
+//! at most [`CONNECTIONS`] connections at once, and metric labels from a fixed set. A delivery id seen before
 //! (`X-Gitea-Delivery`) is answered and not acted on again. The answer comes at once (Gitea
 //! gives up after 5 s); the poll runs after. A push only names the repository to poll: the
 //! revision run is whatever the poll resolves, so even a replayed delivery can start nothing
@@ -13,11 +15,12 @@ use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tfops_kube::controller::PollNow;
 
 use super::metrics::Metrics;
@@ -25,8 +28,19 @@ use super::metrics::Metrics;
 /// Where Gitea's deliveries are received.
 pub const GITEA_PATH: &str = "/hooks/gitea";
 
-/// The largest body read (a push of many commits); Gitea's own limit is of this order.
-const MAX_BODY: usize = 25 << 20;
+/// The largest body read. Gitea's push payload lists at most a few dozen commits (its
+/// `[webhook]` settings), far below this.
+pub const MAX_BODY: usize = 5 << 20;
+
+/// How long a request's head and body may take to arrive.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections served at once; more wait to be accepted.
+pub const CONNECTIONS: usize = 64;
+
+/// The events a delivery is counted under; anything else is `other`, and an unsigned one `-`
+/// (so that a caller without the secret cannot make new metric series).
+const EVENTS: [&str; 3] = ["push", "pull_request", "issue_comment"];
 
 /// How many delivery ids are remembered to refuse duplicates.
 const REMEMBERED: usize = 4096;
@@ -136,19 +150,41 @@ impl Receiver {
             header("X-Gitea-Delivery"),
             header("X-Gitea-Signature"),
         );
-        let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
-            Ok(body) => body.to_bytes(),
-            Err(e) => {
-                self.count(&event, Verdict::Invalid);
-                return (
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("reading the body: {e}"),
-                );
+        let declared = request
+            .headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > MAX_BODY) {
+            self.count("-", Verdict::Invalid);
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("a delivery is at most {MAX_BODY} bytes"),
+            );
+        }
+        let read = tokio::time::timeout(
+            READ_TIMEOUT,
+            Limited::new(request.into_body(), MAX_BODY).collect(),
+        );
+        let body = match read.await {
+            Ok(Ok(body)) => body.to_bytes(),
+            Ok(Err(e)) => {
+                self.count("-", Verdict::Invalid);
+                return (StatusCode::BAD_REQUEST, format!("reading the body: {e}"));
+            }
+            Err(_) => {
+                self.count("-", Verdict::Invalid);
+                return (StatusCode::REQUEST_TIMEOUT, "the body took too long".into());
             }
         };
         let (result, status, message) = self.decide(&event, &delivery, &signature, &body);
-        self.count(&event, result);
-        tracing::info!(%event, %delivery, result = result.as_str(), %message, "webhook delivery");
+        if result == Verdict::Refused {
+            // Nothing the caller chose is logged or counted: it proved nothing.
+            self.count("-", result);
+            tracing::warn!("webhook delivery refused: bad or no signature");
+        } else {
+            self.count(&event, result);
+            tracing::info!(%event, %delivery, result = result.as_str(), %message, "webhook delivery");
+        }
         (status, message)
     }
 
@@ -178,12 +214,14 @@ impl Receiver {
                 "this replica is a standby, not the leader: its poll will find the push".into(),
             );
         }
+        // A delivery id is a UUID; anything much longer is not remembered whole.
+        let delivery: String = delivery.chars().take(64).collect();
         if !delivery.is_empty()
             && !self
                 .seen
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .first(delivery)
+                .first(&delivery)
         {
             return (
                 Verdict::Duplicate,
@@ -227,6 +265,10 @@ impl Receiver {
     }
 
     fn count(&self, event: &str, result: Verdict) {
+        let event = match event {
+            "-" => "-",
+            e => EVENTS.iter().find(|k| **k == e).copied().unwrap_or("other"),
+        };
         self.metrics.webhook_delivery(event, result.as_str());
     }
 }
@@ -242,20 +284,33 @@ fn decode_hex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Serves `receiver` on `addr` until the task is dropped; gives the address bound.
+/// Serves `receiver` on `addr` in a task of its own, for as long as the process runs; gives
+/// the address bound.
 ///
 /// # Errors
 /// When `addr` cannot be bound.
 pub async fn serve(addr: SocketAddr, receiver: Arc<Receiver>) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
+    let open = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS));
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+            // The semaphore is never closed.
+            let Ok(permit) = open.clone().acquire_owned().await else {
+                return;
+            };
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, say: do not spin on it.
+                    tracing::warn!(error = %e, "accepting a webhook connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
             };
             let receiver = receiver.clone();
             tokio::spawn(async move {
+                let _permit = permit;
                 let service =
                     hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                         let receiver = receiver.clone();
@@ -268,6 +323,8 @@ pub async fn serve(addr: SocketAddr, receiver: Arc<Receiver>) -> std::io::Result
                         }
                     });
                 let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(READ_TIMEOUT)
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
             });

@@ -104,7 +104,7 @@ impl Metrics {
         let webhooks = Family::<WebhookLabels, Counter>::default();
         registry.register(
             "webhook_deliveries",
-            "Forge webhook deliveries, by event and result (accepted, duplicate, ignored, refused, invalid)",
+            "Forge webhook deliveries, by event and result (accepted, duplicate, ignored, refused, invalid, standby)",
             webhooks.clone(),
         );
         registry.register("reconciles", "Reconciles by result", reconciles.clone());

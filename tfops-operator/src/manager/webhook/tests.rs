@@ -116,3 +116,22 @@ fn other_events_and_bad_payloads_are_said_so() {
     assert_eq!(verdict, Verdict::Invalid);
     assert!(now.asked().is_empty());
 }
+
+#[test]
+fn metric_labels_come_from_a_fixed_set_whatever_a_caller_sends() {
+    let (r, _, metrics) = receiver();
+    r.count("push", Verdict::Accepted);
+    r.count("made-up-event-1", Verdict::Ignored);
+    r.count("made-up-event-2", Verdict::Ignored);
+    r.count("-", Verdict::Refused);
+    let text = metrics.encode();
+    assert!(
+        text.contains("tfops_webhook_deliveries_total{event=\"other\",result=\"ignored\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tfops_webhook_deliveries_total{event=\"-\",result=\"refused\"} 1"),
+        "{text}"
+    );
+    assert!(!text.contains("made-up"), "{text}");
+}

@@ -9,7 +9,7 @@ local suspended = (obj.spec ~= nil and obj.spec.suspend == true) or annotations[
 
 -- An approved plan being applied (Ready says TerraformApplying, or an apply is recorded under
 -- way) has nothing left to approve, though status.plan.pending still names it until applied.
-local applying = status.activeRun ~= nil
+local applying = status.activeRun ~= nil and (status.activeRun.planId or "") ~= ""
 for _, c in ipairs(status.conditions or {}) do
   if c.type == "Ready" and c.reason == "TerraformApplying" then
     applying = true

@@ -8,7 +8,7 @@ if plan.pending == nil or plan.pending == "" then
 end
 -- Approving again while the approved plan is applied approves nothing: refused, saying so
 -- (Ready says TerraformApplying, or an apply is recorded under way).
-local applying = status.activeRun ~= nil
+local applying = status.activeRun ~= nil and (status.activeRun.planId or "") ~= ""
 for _, c in ipairs(status.conditions or {}) do
   if c.type == "Ready" and c.reason == "TerraformApplying" then
     applying = true

@@ -4,8 +4,8 @@
 
 use async_trait::async_trait;
 
-use super::PortError;
-use crate::pulls::{CommitStatus, PullRequest};
+use super::{CommitStatus, PullRequest};
+use crate::ports::PortError;
 
 /// A repository's pull requests, through the forge's API with one token.
 #[async_trait]
@@ -14,7 +14,7 @@ pub trait Forge: Send + Sync {
     async fn open_pull_requests(&self) -> Result<Vec<PullRequest>, PortError>;
 
     /// Makes `body` the pull request's tfops comment: edits the comment of this token's user
-    /// that starts with [`crate::pulls::MARKER`], or adds one. A comment of anyone else is
+    /// that starts with [`super::MARKER`], or adds one. A comment of anyone else is
     /// never edited, marker or not.
     async fn upsert_comment(&self, number: u64, body: &str) -> Result<(), PortError>;
 
