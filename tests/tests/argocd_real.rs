@@ -69,6 +69,34 @@ fn action(argo: &ArgoCd, config: &std::path::Path, name: &str) -> (bool, String,
     )
 }
 
+/// `argocd app actions list` for the Terraform object: what it printed, and its approve line.
+fn approve_offered(argo: &ArgoCd, config: &std::path::Path) -> (String, String) {
+    let (ok, out, err) = argo.cli(
+        config,
+        &[
+            "app",
+            "actions",
+            "list",
+            "infra",
+            "--kind",
+            "Terraform",
+            "--group",
+            "infra.argocd.io",
+            "--resource-name",
+            "infra",
+            "--namespace",
+            "team-a",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let approve = out
+        .lines()
+        .find(|l| l.contains("approve"))
+        .unwrap_or_default()
+        .to_string();
+    (out, approve)
+}
+
 /// What the `infra` Application's sync operation says: its phase and message.
 fn operation(argo: &ArgoCd, token: &str) -> (String, String) {
     let app = argo
@@ -174,28 +202,7 @@ async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
 
     // Discovery, as Argo CD offers the actions: approve is enabled now.
     let admin_cli = argo.login("admin");
-    let (ok, out, err) = argo.cli(
-        &admin_cli,
-        &[
-            "app",
-            "actions",
-            "list",
-            "infra",
-            "--kind",
-            "Terraform",
-            "--group",
-            "infra.argocd.io",
-            "--resource-name",
-            "infra",
-            "--namespace",
-            "team-a",
-        ],
-    );
-    assert!(ok, "{out}{err}");
-    let approve_line = out
-        .lines()
-        .find(|l| l.contains("approve"))
-        .unwrap_or_default();
+    let (out, approve_line) = approve_offered(&argo, &admin_cli);
     assert!(
         approve_line.contains("false"),
         "approve offered and enabled:\n{out}"
@@ -247,28 +254,7 @@ async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
         "Argo CD during the apply: {:?}",
         node_health(&argo, &admin, "infra")
     );
-    let (ok, out, err) = argo.cli(
-        &admin_cli,
-        &[
-            "app",
-            "actions",
-            "list",
-            "infra",
-            "--kind",
-            "Terraform",
-            "--group",
-            "infra.argocd.io",
-            "--resource-name",
-            "infra",
-            "--namespace",
-            "team-a",
-        ],
-    );
-    assert!(ok, "{out}{err}");
-    let approve_line = out
-        .lines()
-        .find(|l| l.contains("approve"))
-        .unwrap_or_default();
+    let (out, approve_line) = approve_offered(&argo, &admin_cli);
     assert!(
         approve_line.contains("true"),
         "approve disabled while applying:\n{out}"
