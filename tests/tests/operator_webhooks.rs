@@ -15,11 +15,7 @@ const SECRET: &str = "webhook-s3cret";
 
 fn sign(body: &[u8]) -> String {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET.as_bytes());
-    ring::hmac::sign(&key, body)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    tfops_core::digest::hex(ring::hmac::sign(&key, body).as_ref())
 }
 
 /// Posts `body` to the receiver as a Gitea `push` delivery: its status code.

@@ -243,17 +243,14 @@ impl Gitea {
         self.process.log_tail(lines)
     }
 
-    /// Sends `body` (if any) to `path` of the API as `user`; the JSON answer.
-    ///
-    /// # Errors
-    /// [`GiteaError::Api`] for a transport error or a status other than 2xx.
-    pub async fn call(
+    /// Sends `body` (if any) to `path` of the API as `user`; the answer's text.
+    async fn send(
         &self,
         user: &User,
         method: reqwest::Method,
         path: &str,
         body: Option<Value>,
-    ) -> Result<Value, GiteaError> {
+    ) -> Result<String, GiteaError> {
         let what = format!("{method} {path} as {}", user.login);
         let mut request = self
             .http
@@ -272,6 +269,21 @@ impl Gitea {
         if !status.is_success() {
             return Err(fail(format!("{status}: {text}")));
         }
+        Ok(text)
+    }
+
+    /// Sends `body` (if any) to `path` of the API as `user`; the JSON answer.
+    ///
+    /// # Errors
+    /// [`GiteaError::Api`] for a transport error or a status other than 2xx.
+    pub async fn call(
+        &self,
+        user: &User,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, GiteaError> {
+        let text = self.send(user, method, path, body).await?;
         Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
@@ -280,24 +292,9 @@ impl Gitea {
     /// # Errors
     /// The API's.
     pub async fn render_markdown(&self, text: &str) -> Result<String, GiteaError> {
-        let fail = |message: String| GiteaError::Api {
-            what: "POST /markdown".into(),
-            message,
-        };
-        let response = self
-            .http
-            .post(format!("{}/markdown", self.api()))
-            .header("Authorization", format!("token {}", self.admin.token))
-            .json(&json!({"Text": text, "Mode": "gfm"}))
-            .send()
+        let body = json!({"Text": text, "Mode": "gfm"});
+        self.send(&self.admin, reqwest::Method::POST, "/markdown", Some(body))
             .await
-            .map_err(|e| fail(e.to_string()))?;
-        let status = response.status();
-        let html = response.text().await.map_err(|e| fail(e.to_string()))?;
-        if !status.is_success() {
-            return Err(fail(format!("{status}: {html}")));
-        }
-        Ok(html)
     }
 
     /// Makes the admin's empty repository `name` (default branch `main`).

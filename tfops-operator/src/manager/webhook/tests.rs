@@ -32,11 +32,7 @@ fn push() -> Vec<u8> {
 /// The hex HMAC-SHA256 of `body` with `secret`, as Gitea sends it.
 fn sign(secret: &[u8], body: &[u8]) -> String {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
-    ring::hmac::sign(&key, body)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    tfops_core::digest::hex(ring::hmac::sign(&key, body).as_ref())
 }
 
 #[test]
