@@ -246,8 +246,13 @@ async fn argo_cd_syncs_judges_approves_and_refuses_as_tfops_says() {
             println!("Argo CD shows {now:?}");
             shown = now.clone();
         }
+        // Either TerraformApplying message: Argo CD refreshes a node whose health status
+        // stays Progressing only at its next refresh, so it may still show the re-plan's
+        // ("plan X was approved …: making it again …") while the apply runs (seen in a CI run).
         now.is_some_and(|(s, m)| {
-            s == "Progressing" && m.starts_with(&format!("applying plan {plan}"))
+            s == "Progressing"
+                && (m.starts_with(&format!("applying plan {plan}"))
+                    || m.starts_with(&format!("plan {plan} was approved with")))
         })
     });
     println!(
