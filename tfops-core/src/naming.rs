@@ -52,6 +52,12 @@ pub fn apply_runner_pod_name(object_name: &str) -> String {
     shorten(&format!("{object_name}-tf-runner-apply"), MAX_LABEL)
 }
 
+/// `<name>-tf-runner-pr`: the runner Pod of a pull request's speculative plan of the object
+/// (one at a time per object).
+pub fn pull_request_runner_pod_name(object_name: &str) -> String {
+    shorten(&format!("{object_name}-tf-runner-pr"), MAX_LABEL)
+}
+
 /// The host name of the runner Pod `pod` in `namespace` (its `spec.hostname`): the Pod's name
 /// (shortened) and a hash of namespace and name, so that no other Pod in the cluster has it.
 /// Terraform names a lock's holder `user@host`; a lock whose host is this object's runner is

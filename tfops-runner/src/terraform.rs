@@ -68,6 +68,8 @@ pub enum PlanKind {
     Destroy,
     /// `-refresh-only`, for drift.
     RefreshOnly,
+    /// `-lock=false`: a pull request's plan, read-only on the state.
+    Speculative,
 }
 
 /// Runs commands of one binary in one directory.
@@ -182,6 +184,7 @@ impl Terraform {
             PlanKind::Normal => {}
             PlanKind::Destroy => a.push("-destroy".into()),
             PlanKind::RefreshOnly => a.push("-refresh-only".into()),
+            PlanKind::Speculative => a.push("-lock=false".into()),
         }
         a.extend(targets.iter().map(|t| format!("-target={t}")));
         if parallelism > 0 {

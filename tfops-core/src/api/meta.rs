@@ -130,6 +130,7 @@ impl TerraformObject {
             super::RunnerRole::Apply if self.spec.runner.splits_apply() => {
                 crate::naming::apply_runner_pod_name(name)
             }
+            super::RunnerRole::PullRequest => crate::naming::pull_request_runner_pod_name(name),
             _ => crate::naming::runner_pod_name(name),
         }
     }

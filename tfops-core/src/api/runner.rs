@@ -90,14 +90,18 @@ pub enum RunnerRole {
     /// The runner that applies (`spec.runner` with `spec.runner.apply` merged over it); only
     /// started for a plan that may be applied.
     Apply,
+    /// The runner of a pull request's speculative plan: the plan identity (`spec.runner`), a
+    /// Pod of its own beside the object's runner, never kept, never applying.
+    PullRequest,
 }
 
 impl RunnerRole {
-    /// `plan` or `apply`.
+    /// `plan`, `apply` or `pull-request`.
     pub fn as_str(self) -> &'static str {
         match self {
             RunnerRole::Plan => "plan",
             RunnerRole::Apply => "apply",
+            RunnerRole::PullRequest => "pull-request",
         }
     }
 }

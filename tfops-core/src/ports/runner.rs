@@ -63,6 +63,9 @@ pub enum PlanKind {
     Destroy,
     /// A refresh-only plan, to detect drift.
     RefreshOnly,
+    /// A normal plan that takes no state lock (`-lock=false`): a pull request's, made while
+    /// the object may be applying, read-only on the state. A runner refuses to apply it.
+    Speculative,
 }
 
 /// A plan request.
@@ -77,7 +80,7 @@ pub struct PlanRequest {
 }
 
 /// Counts of a plan's resource changes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PlanSummary {
     /// Resources to add.
     pub add: u32,

@@ -10,12 +10,14 @@
 mod comment;
 mod forge;
 mod plans;
+mod speculative;
 mod statuses;
 mod trust;
 
 pub use comment::{COMMENT_BUDGET, MARKER, closed, comment};
 pub use forge::Forge;
 pub use plans::{PlanAction, PlanRef, plans_to_make};
+pub use speculative::{SpeculativePlan, at_commit, plan_pull_request, replaced};
 pub use statuses::{AGGREGATE_CONTEXT, CommitState, CommitStatus, context, statuses};
 pub use trust::{PLAN_COMMAND, PullComment, Trust, trust};
 
@@ -96,8 +98,10 @@ fn follows(object: &TerraformObject, repository: &ForgeRepository, base: &str) -
     branch == base && pulls.repository(&source.url).as_ref() == Ok(repository)
 }
 
-/// What a pull request's plan of one object came to, as the comment and statuses show it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a pull request's plan of one object came to, as the comment and statuses show it
+/// (and as it is stored, in JSON).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", tag = "outcome")]
 pub enum Outcome {
     /// Being planned.
     Planning,

@@ -259,6 +259,16 @@ impl FakeWorld {
         w.trees.insert(sha.into(), tree);
     }
 
+    /// Adds commit `sha` holding `resources` (address, value) without moving any branch: a
+    /// pull request's head.
+    pub fn commit(&self, sha: &str, resources: &[(&str, &str)]) {
+        let tree = resources
+            .iter()
+            .map(|(a, v)| (a.to_string(), v.to_string()))
+            .collect();
+        self.lock().trees.insert(sha.into(), tree);
+    }
+
     /// Says which files differ between revisions `from` and `to` (both shas).
     pub fn changed_between(&self, from: &str, to: &str, files: &[&str]) {
         self.lock().changed_files.insert(

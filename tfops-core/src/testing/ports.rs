@@ -20,6 +20,13 @@ use crate::ports::{
 impl SourcePort for FakeWorld {
     async fn resolve(&self, _: &ObjectKey, source: &SourceRef) -> Result<Revision, PortError> {
         self.check(FakeOp::Resolve)?;
+        // A commit is taken as given, as Git sources do (the fetch finds it or not).
+        if let Some(commit) = &source.reference.commit {
+            return Ok(Revision {
+                reference: commit.clone(),
+                digest: format!("sha1:{commit}"),
+            });
+        }
         let w = self.lock();
         let (reference, sha) = w.sources.get(&source.url).ok_or_else(|| {
             PortError::NotFound(format!("repository {} does not exist", source.url))

@@ -155,7 +155,10 @@ impl RunnerSession for FakeSession {
             FakeOp::Plan
         };
         self.call(op)?;
-        self.locked()?;
+        // A speculative plan takes no lock (`-lock=false`), so a held lock does not stop it.
+        if request.kind != PlanKind::Speculative {
+            self.locked()?;
+        }
         let desired = self.desired.clone().ok_or_else(|| {
             PortError::Terraform("Error: no configuration (setup did not run)".into())
         })?;
@@ -167,7 +170,7 @@ impl RunnerSession for FakeSession {
             .cloned()
             .unwrap_or_default();
         let (target, drifted) = match request.kind {
-            PlanKind::Normal => (desired, Vec::new()),
+            PlanKind::Normal | PlanKind::Speculative => (desired, Vec::new()),
             PlanKind::Destroy => (BTreeMap::new(), Vec::new()),
             PlanKind::RefreshOnly => {
                 let mut keys: Vec<String> = infra
@@ -192,7 +195,8 @@ impl RunnerSession for FakeSession {
         };
         let plan_file =
             serde_json::to_vec(&target).map_err(|e| PortError::Invalid(e.to_string()))?;
-        self.planned = Some(target);
+        // As the runner does: a speculative plan is never applied.
+        self.planned = (request.kind != PlanKind::Speculative).then_some(target);
         self.last_plan = Some((plan_file.clone(), ShownPlan::default()));
         Ok(PlanResult {
             has_changes,

@@ -255,8 +255,11 @@ impl RunnerPort for KubeRunnerPort {
             .annotations
             .get_or_insert_default()
             .insert(ANNOTATION_SPEC_DIGEST.into(), wanted.clone());
-        // The apply runner's credentials never outlive its run: it is never kept.
-        let keep = !object.spec.runner.always_cleanup && !is_apply_runner(object, role);
+        // The apply runner's credentials never outlive its run: it is never kept. Nor is a
+        // pull request's (it ran code no one merged).
+        let keep = !object.spec.runner.always_cleanup
+            && !is_apply_runner(object, role)
+            && role != RunnerRole::PullRequest;
         let doing = format!("creating runner Pod {namespace}/{name}");
         if let Some(existing) = pods
             .get_opt(&name)
@@ -346,8 +349,11 @@ impl RunnerPort for KubeRunnerPort {
                 summary(&pod)
             )));
         }
-        let delete_after =
-            object.spec.runner.always_cleanup || pod_state::role(&pod) == Some(RunnerRole::Apply);
+        let delete_after = object.spec.runner.always_cleanup
+            || matches!(
+                pod_state::role(&pod),
+                Some(RunnerRole::Apply | RunnerRole::PullRequest)
+            );
         self.connect(object, &pod, delete_after, true).await
     }
 }

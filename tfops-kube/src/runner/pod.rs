@@ -107,7 +107,7 @@ pub fn runner_pod(
     tls_version: &str,
 ) -> Result<Pod, serde_json::Error> {
     let runner = &object.spec.runner.for_role(role);
-    let role = if object.spec.runner.splits_apply() {
+    let role = if object.spec.runner.splits_apply() || role == RunnerRole::PullRequest {
         role
     } else {
         RunnerRole::Plan

@@ -208,6 +208,7 @@ pub fn role(pod: &Pod) -> Option<tfops_core::api::RunnerRole> {
     {
         "plan" => Some(RunnerRole::Plan),
         "apply" => Some(RunnerRole::Apply),
+        "pull-request" => Some(RunnerRole::PullRequest),
         _ => None,
     }
 }

@@ -251,6 +251,7 @@ impl RunnerSession for Narrated {
             PlanKind::Normal => "plan",
             PlanKind::Destroy => "plan (destroy)",
             PlanKind::RefreshOnly => "drift check",
+            PlanKind::Speculative => "plan (speculative, no lock)",
         };
         let refresh = request.kind == PlanKind::RefreshOnly;
         let (inner, printer) = (&mut self.inner, self.printer.clone());

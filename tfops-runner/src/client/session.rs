@@ -294,6 +294,7 @@ impl RunnerSession for Session {
             ports::PlanKind::Normal => proto::plan::Kind::Normal,
             ports::PlanKind::Destroy => proto::plan::Kind::Destroy,
             ports::PlanKind::RefreshOnly => proto::plan::Kind::RefreshOnly,
+            ports::PlanKind::Speculative => proto::plan::Kind::Speculative,
         };
         let r = self
             .command(Command::Plan(proto::Plan {

@@ -24,6 +24,14 @@ pub(super) async fn execute(
         Command::Show(_) => show(tf, io, &context.shown)
             .await
             .map(|(readable, json)| Some(Payload::Show(proto::ShowOutcome { readable, json }))),
+        Command::SavePlan(_) | Command::Apply(_) if lock(&context.shown).speculative => {
+            Err(TfError::Failed {
+                code: 1,
+                diagnostic: "the last plan was speculative (made without the state lock, for a \
+                             pull request): it is never applied or stored for approval"
+                    .into(),
+            })
+        }
         Command::SavePlan(p) => save_plan(tf, p, io, context).await.map(|()| None),
         Command::DeletePlan(p) => delete_plan(&p, context).await.map(|()| None),
         Command::DeleteOutputs(d) => delete_outputs(&d, context).await.map(|()| None),
@@ -56,8 +64,12 @@ async fn plan(
         proto::plan::Kind::Normal => PlanKind::Normal,
         proto::plan::Kind::Destroy => PlanKind::Destroy,
         proto::plan::Kind::RefreshOnly => PlanKind::RefreshOnly,
+        proto::plan::Kind::Speculative => PlanKind::Speculative,
     };
-    *lock(shown) = Shown::default();
+    *lock(shown) = Shown {
+        speculative: kind == PlanKind::Speculative,
+        ..Shown::default()
+    };
     let o = tf.plan(kind, &p.targets, p.parallelism, io).await?;
     let plan_file = saved_plan(tf).await?;
     if !o.json.is_empty() {

@@ -9,6 +9,9 @@ use crate::stores::{ObjectRef, Stores};
 pub(super) struct Shown {
     pub(super) json: Option<String>,
     pub(super) readable: Option<String>,
+    /// The last plan was speculative (`-lock=false`, a pull request's): never applied or
+    /// stored for approval.
+    pub(super) speculative: bool,
 }
 
 /// What a command needs besides Terraform.

@@ -195,7 +195,8 @@ impl Driver {
         state: &mut RunState,
     ) -> StepResult {
         let kind = match role {
-            RunnerRole::Plan => StepKind::StartRunner,
+            // The driver never starts a pull request's runner (`crate::pulls::speculative`).
+            RunnerRole::Plan | RunnerRole::PullRequest => StepKind::StartRunner,
             RunnerRole::Apply => StepKind::StartApplyRunner,
         };
         if let Some(mut earlier) = state.session.take() {

@@ -235,6 +235,9 @@ pub(super) fn fetch_commit(
         vec![
             "+refs/heads/*:refs/tfops/heads/*".into(),
             "+refs/tags/*:refs/tfops/tags/*".into(),
+            // Pull requests' heads (Gitea and GitHub publish them here): a fork's head is
+            // in no branch of the repository.
+            "+refs/pull/*/head:refs/tfops/pull/*".into(),
         ]
     } else {
         options.depth(1);
