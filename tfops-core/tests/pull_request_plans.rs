@@ -84,12 +84,18 @@ async fn a_pull_request_plan_reads_the_head_and_leaves_the_object_as_it_was() {
     // Its own runner, removed after; nothing applied, stored, or written to the object.
     let roles = w.lock().session_roles.clone();
     assert_eq!(roles.last(), Some(&RunnerRole::PullRequest));
-    assert!(w.calls_of(&key, FakeOp::Cleanup) > 0, "the runner is removed");
+    assert!(
+        w.calls_of(&key, FakeOp::Cleanup) > 0,
+        "the runner is removed"
+    );
     assert_eq!(w.applies(&key), 1);
     assert_eq!(w.lock().plans.len(), plans_before, "no plan stored");
     assert_eq!(w.calls_of(&key, FakeOp::SavePlan), 0);
     let after = w.object(&key).unwrap();
-    assert_eq!(after.status, before.status, "the object's status is untouched");
+    assert_eq!(
+        after.status, before.status,
+        "the object's status is untouched"
+    );
     let l = w.lock();
     let infra = l.infra.get(&key).unwrap();
     assert_eq!((&infra.state, &infra.real), (&state, &real));

@@ -151,6 +151,20 @@ impl Actions {
         &self.client
     }
 
+    /// The plans of pull requests stored for the object `key` (every pull request).
+    ///
+    /// # Errors
+    /// RBAC, or the API's.
+    pub async fn pull_request_plans(
+        &self,
+        key: &ObjectKey,
+    ) -> Result<Vec<crate::pull_plans::StoredPullPlan>, ActionError> {
+        crate::pull_plans::PullPlans::new(self.client.clone())
+            .of_object(key)
+            .await
+            .map_err(ActionError::Plan)
+    }
+
     /// The error for a failed call about something other than the object: RBAC, or the API's.
     pub(crate) fn failed(&self, doing: String, e: kube::Error) -> ActionError {
         match &e {

@@ -25,6 +25,7 @@ pub mod objects;
 pub mod outputs;
 pub mod plans;
 pub mod policies;
+pub mod pull_plans;
 pub mod quota;
 pub mod reference;
 pub mod resource;

@@ -50,6 +50,9 @@ pub struct ClusterOptions {
     pub runner_grpc_port: u16,
     /// Namespaces to watch, concurrency, retry wait.
     pub controller: Settings,
+    /// Plans pull requests ([`crate::pulls`]) when set: at the source poll interval, and when
+    /// this asks (the forge's webhooks).
+    pub pull_requests: Option<tfops_kube::controller::PollNow>,
 }
 
 impl ClusterOptions {
@@ -68,6 +71,7 @@ impl ClusterOptions {
             runner_max_message: tfops_runner::client::DEFAULT_MAX_MESSAGE,
             runner_grpc_port: tfops_kube::runner::pod::GRPC_PORT,
             controller: Settings::default(),
+            pull_requests: None,
         }
     }
 }
@@ -207,6 +211,21 @@ pub async fn run_with_runner(
             }
         }
     });
+    let pulls = options.pull_requests.clone().map(|nudge| {
+        let c = &options.controller;
+        let settings = crate::pulls::PullSettings {
+            interval: c.source_poll_interval,
+            namespaces: c.namespaces.clone(),
+            shard: c.shard.clone(),
+            concurrency: usize::from(c.concurrency).max(1),
+            nudge,
+        };
+        tokio::spawn(crate::pulls::run(
+            client.clone(),
+            wiring.ports.clone(),
+            settings,
+        ))
+    });
     controller::run(
         client,
         wiring.ports,
@@ -216,5 +235,8 @@ pub async fn run_with_runner(
     )
     .await;
     rotation.abort();
+    if let Some(pulls) = pulls {
+        pulls.abort();
+    }
     Ok(())
 }

@@ -14,5 +14,6 @@ pub mod local;
 pub mod logs;
 pub mod manager;
 pub mod policy_test;
+pub mod pulls;
 pub mod runner_process;
 pub mod sources;

@@ -127,6 +127,7 @@ fn summary_line(plan: &ObjectPlan) -> String {
     );
     match &plan.outcome {
         Outcome::Planning => format!("- ⏳ {who}: planning…"),
+        Outcome::NotPlanned { why } => format!("- ⏸️ {who}: {}", code(why, FAILURE_MAX)),
         Outcome::Failed { reason, message } => {
             let reason = code(reason, 100);
             format!(

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{CommitStatus, PullRequest};
+use super::{CommitStatus, PullComment, PullRequest};
 use crate::ports::PortError;
 
 /// A repository's pull requests, through the forge's API with one token.
@@ -25,6 +25,12 @@ pub trait Forge: Send + Sync {
         status: &CommitStatus,
         target_url: &str,
     ) -> Result<(), PortError>;
+
+    /// The comments on pull request `number`, oldest first (where `/tfops plan` is asked).
+    async fn comments(&self, number: u64) -> Result<Vec<PullComment>, PortError>;
+
+    /// Whether pull request `number` was merged (else closed without a merge).
+    async fn merged(&self, number: u64) -> Result<bool, PortError>;
 
     /// Whether `login` may write to the repository (a collaborator with write or admin
     /// permission, or its owner).

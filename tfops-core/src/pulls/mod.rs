@@ -118,6 +118,11 @@ pub enum Outcome {
         /// The plan as Terraform shows it (its own masking of sensitive values kept).
         text: String,
     },
+    /// Not planned: the head is not trusted (the text says why, and how to plan it).
+    NotPlanned {
+        /// Why, and the command a trusted user comments to plan this head.
+        why: String,
+    },
     /// The plan failed.
     Failed {
         /// The reason (a condition reason, `TFExecPlanFailed` …).

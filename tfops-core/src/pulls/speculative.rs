@@ -181,7 +181,10 @@ pub fn replaced(plan_json: &str) -> Vec<String> {
                 .flatten()
                 .filter_map(|a| a.as_str())
                 .collect();
-            matches!(actions.as_slice(), ["delete", "create"] | ["create", "delete"])
+            matches!(
+                actions.as_slice(),
+                ["delete", "create"] | ["create", "delete"]
+            )
         })
         .filter_map(|rc| rc["address"].as_str().map(str::to_string))
         .collect()

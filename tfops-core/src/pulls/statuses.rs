@@ -2,7 +2,7 @@
 //! (`tfops/<namespace>/<name>`) and one for them all (`tfops`), which branch protection can
 //! require.
 
-use super::{ObjectPlan, Outcome};
+use super::{ObjectPlan, Outcome, PLAN_COMMAND};
 use crate::api::ObjectKey;
 
 /// The context of the status that sums up every object's plan.
@@ -69,7 +69,7 @@ pub fn statuses(plans: &[ObjectPlan]) -> Vec<CommitStatus> {
     } else if pending > 0 {
         (
             CommitState::Pending,
-            format!("planning {pending} of {}", objects(plans.len())),
+            format!("planning or waiting: {pending} of {}", objects(plans.len())),
         )
     } else {
         (
@@ -97,6 +97,10 @@ fn objects(n: usize) -> String {
 fn one(plan: &ObjectPlan) -> CommitStatus {
     let (state, description) = match &plan.outcome {
         Outcome::Planning => (CommitState::Pending, "planning".to_string()),
+        Outcome::NotPlanned { .. } => (
+            CommitState::Pending,
+            format!("not planned until a trusted user comments {PLAN_COMMAND} <head sha>"),
+        ),
         Outcome::Planned {
             summary, denials, ..
         } if !denials.is_empty() => (

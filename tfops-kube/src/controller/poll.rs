@@ -57,13 +57,20 @@ impl PollNow {
         true
     }
 
+    /// Asks for a poll of the repository `id` ([`repository_id`]).
+    pub fn repository_id(&self, id: &str) {
+        locked(&self.0.repositories).insert(id.to_string());
+        self.0.notify.notify_one();
+    }
+
     /// The repositories asked for and not yet polled ([`repository_id`]s).
     pub fn asked(&self) -> Vec<String> {
         locked(&self.0.repositories).iter().cloned().collect()
     }
 
-    /// The repositories asked for, once there are any.
-    async fn take(&self) -> BTreeSet<String> {
+    /// The repositories asked for, once there are any (taking them: the next call waits for
+    /// new ones).
+    pub async fn take(&self) -> BTreeSet<String> {
         loop {
             let asked = std::mem::take(&mut *locked(&self.0.repositories));
             if !asked.is_empty() {

@@ -102,7 +102,7 @@ pub struct LogsArgs {
 }
 
 /// A client and the namespace to use.
-async fn connect(args: &ClusterArgs) -> anyhow::Result<(Actions, String)> {
+pub(super) async fn connect(args: &ClusterArgs) -> anyhow::Result<(Actions, String)> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let options = kube::config::KubeConfigOptions {
         context: args.context.clone(),

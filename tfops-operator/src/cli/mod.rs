@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod history;
 pub mod local;
 pub mod policy;
+pub mod pulls;
 
 use std::path::PathBuf;
 
@@ -29,6 +30,8 @@ pub enum Command {
     Local(local::LocalArgs),
     /// List the `Terraform` objects of a namespace (or one) with their plan and drift.
     Get(cluster::GetArgs),
+    /// The plans open pull requests make of an object (`--show N`: one whole).
+    Pr(pulls::PullArgs),
     /// Plans in a cluster.
     #[command(subcommand)]
     Plan(cluster::PlanCommand),
@@ -114,6 +117,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Get(args) => cluster::get(args).await,
         Command::Plan(cluster::PlanCommand::Show(args)) => cluster::plan_show(args).await,
         Command::Approve(args) => cluster::approve(args).await,
+        Command::Pr(args) => pulls::run(args).await,
         Command::Replan(args) => cluster::request(args, cluster::Request::Replan).await,
         Command::Reconcile(args) => cluster::request(args, cluster::Request::Reconcile).await,
         Command::Suspend(args) => cluster::request(args, cluster::Request::Suspend).await,

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tfops_core::api::ForgeRepository;
 use tfops_core::ports::PortError;
-use tfops_core::pulls::{CommitStatus, Forge, MARKER, PullRequest};
+use tfops_core::pulls::{CommitStatus, Forge, MARKER, PullComment, PullRequest};
 
 /// Items per page asked of Gitea (its default maximum is 50; an instance may allow fewer, so
 /// a short page does not mean the last).
@@ -170,6 +170,15 @@ impl GiteaForge {
         )))
     }
 
+    /// Every comment of issue or pull request `number`. Gitea does not page an issue's
+    /// comments (the endpoint takes no `page`): one request gives them all.
+    async fn issue_comments(&self, number: u64) -> Result<Vec<Comment>, PortError> {
+        let path = self.repo_path(&format!("/issues/{number}/comments"));
+        serde_json::from_value(self.call(Method::GET, &path, None).await?).map_err(|e| {
+            PortError::Invalid(format!("Gitea's answer to GET {path} is not a list: {e}"))
+        })
+    }
+
     /// The login the token acts as.
     async fn me(&self) -> Result<String, PortError> {
         let user: User = serde_json::from_value(self.call(Method::GET, "/user", None).await?)
@@ -212,13 +221,7 @@ impl Forge for GiteaForge {
 
     async fn upsert_comment(&self, number: u64, body: &str) -> Result<(), PortError> {
         let me = self.me().await?;
-        // Gitea does not page an issue's comments (the endpoint takes no `page`): one request
-        // gives them all.
-        let path = self.repo_path(&format!("/issues/{number}/comments"));
-        let comments: Vec<Comment> =
-            serde_json::from_value(self.call(Method::GET, &path, None).await?).map_err(|e| {
-                PortError::Invalid(format!("Gitea's answer to GET {path} is not a list: {e}"))
-            })?;
+        let comments = self.issue_comments(number).await?;
         let ours = comments
             .iter()
             .find(|c| c.user.login == me && c.body.starts_with(MARKER));
@@ -256,6 +259,29 @@ impl Forge for GiteaForge {
         )
         .await
         .map(drop)
+    }
+
+    async fn comments(&self, number: u64) -> Result<Vec<PullComment>, PortError> {
+        Ok(self
+            .issue_comments(number)
+            .await?
+            .into_iter()
+            .map(|c| PullComment {
+                author: c.user.login,
+                body: c.body,
+            })
+            .collect())
+    }
+
+    async fn merged(&self, number: u64) -> Result<bool, PortError> {
+        let pull = self
+            .call(
+                Method::GET,
+                &self.repo_path(&format!("/pulls/{number}")),
+                None,
+            )
+            .await?;
+        Ok(pull["merged"].as_bool().unwrap_or(false))
     }
 
     async fn can_write(&self, login: &str) -> Result<bool, PortError> {

@@ -86,6 +86,7 @@ async fn webhooks(
     flags: &Flags,
     metrics: &Arc<metrics::Metrics>,
     leading: &Arc<AtomicBool>,
+    pulls: &tfops_kube::controller::PollNow,
 ) -> anyhow::Result<Option<(std::net::SocketAddr, tfops_kube::controller::PollNow)>> {
     let Some(addr) = flags.webhook_addr else {
         return Ok(None);
@@ -104,7 +105,8 @@ async fn webhooks(
     }
     let poll_now = tfops_kube::controller::PollNow::default();
     let receiver =
-        webhook::Receiver::new(secret, poll_now.clone(), metrics.clone(), leading.clone());
+        webhook::Receiver::new(secret, poll_now.clone(), metrics.clone(), leading.clone())
+            .with_pull_requests(pulls.clone());
     let at = webhook::serve(addr, Arc::new(receiver))
         .await
         .with_context(|| format!("serving webhooks on {addr}"))?;
@@ -190,7 +192,9 @@ pub async fn run_with_runner(
     let mut options = options(&flags, &identity, metrics.clone())?;
     let ready = Arc::new(AtomicBool::new(false));
     let leading = Arc::new(AtomicBool::new(!flags.leader_election));
-    let webhooks = match webhooks(&flags, &metrics, &leading).await? {
+    let pulls = tfops_kube::controller::PollNow::default();
+    options.pull_requests = Some(pulls.clone());
+    let webhooks = match webhooks(&flags, &metrics, &leading, &pulls).await? {
         Some((at, poll_now)) => {
             options.controller.poll_now = Some(poll_now);
             at.to_string()

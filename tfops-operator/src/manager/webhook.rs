@@ -49,6 +49,8 @@ const REMEMBERED: usize = 4096;
 pub struct Receiver {
     key: ring::hmac::Key,
     poll_now: PollNow,
+    /// Asks the pull-request loop to look at a repository (`pull_request`, `issue_comment`).
+    pulls: Option<PollNow>,
     metrics: Arc<Metrics>,
     seen: Mutex<Seen>,
     /// This replica leads (only the leader's poller runs).
@@ -120,10 +122,19 @@ impl Receiver {
         Self {
             key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret),
             poll_now,
+            pulls: None,
             metrics,
             seen: Mutex::new(Seen::default()),
             leading,
         }
+    }
+
+    /// Also asks `pulls` to look at a repository's pull requests on its `pull_request` and
+    /// `issue_comment` deliveries (else they are ignored).
+    #[must_use]
+    pub fn with_pull_requests(mut self, pulls: PollNow) -> Self {
+        self.pulls = Some(pulls);
+        self
     }
 
     /// Handles one request: the status and a line saying why.
@@ -229,38 +240,49 @@ impl Receiver {
                 format!("delivery {delivery} was received before: nothing done again"),
             );
         }
-        if event != "push" {
-            return (
-                Verdict::Ignored,
-                StatusCode::ACCEPTED,
-                format!("event {event:?} is not acted on"),
-            );
-        }
-        let Ok(push) = serde_json::from_slice::<serde_json::Value>(body) else {
+        let target = match (event, &self.pulls) {
+            ("push", _) => &self.poll_now,
+            ("pull_request" | "issue_comment", Some(pulls)) => pulls,
+            _ => {
+                return (
+                    Verdict::Ignored,
+                    StatusCode::ACCEPTED,
+                    format!("event {event:?} is not acted on"),
+                );
+            }
+        };
+        let Ok(payload) = serde_json::from_slice::<serde_json::Value>(body) else {
             return (
                 Verdict::Invalid,
                 StatusCode::BAD_REQUEST,
-                "the push payload is not JSON".into(),
+                format!("the {event} payload is not JSON"),
             );
         };
-        let repository = &push["repository"];
+        // Only which repository: what to plan or poll is read from the forge and the sources,
+        // never from the delivery.
+        let repository = &payload["repository"];
         let named = ["clone_url", "html_url", "ssh_url"]
             .iter()
             .filter_map(|k| repository[*k].as_str())
-            .filter(|url| self.poll_now.repository(url))
+            .filter(|url| target.repository(url))
             .count();
         if named == 0 {
             return (
                 Verdict::Invalid,
                 StatusCode::BAD_REQUEST,
-                "the push names no repository URL".into(),
+                format!("the {event} payload names no repository URL"),
             );
         }
         let name = repository["full_name"].as_str().unwrap_or("the repository");
+        let doing = if event == "push" {
+            "polling the sources of"
+        } else {
+            "looking at the pull requests of"
+        };
         (
             Verdict::Accepted,
             StatusCode::ACCEPTED,
-            format!("polling the sources of {name}"),
+            format!("{doing} {name}"),
         )
     }
 

@@ -131,3 +131,27 @@ fn metric_labels_come_from_a_fixed_set_whatever_a_caller_sends() {
     );
     assert!(!text.contains("made-up"), "{text}");
 }
+
+#[test]
+fn pull_request_and_comment_deliveries_ask_the_pull_request_loop_not_the_poller() {
+    let (r, now, _) = receiver();
+    let pulls = PollNow::default();
+    let r = r.with_pull_requests(pulls.clone());
+    let mut body: serde_json::Value = serde_json::from_slice(&push()).unwrap();
+    body["action"] = "synchronized".into();
+    let body = serde_json::to_vec(&body).unwrap();
+    let signature = sign(SECRET, &body);
+    let (verdict, status, message) = r.decide("pull_request", "p-1", &signature, &body);
+    assert_eq!((verdict, status), (Verdict::Accepted, StatusCode::ACCEPTED));
+    assert!(message.contains("pull requests of team/infra"), "{message}");
+    assert_eq!(pulls.asked(), ["127.0.0.1/team/infra"]);
+    assert!(now.asked().is_empty(), "a pull request moves no branch");
+    // The same delivery again acts once.
+    let (verdict, ..) = r.decide("pull_request", "p-1", &signature, &body);
+    assert_eq!(verdict, Verdict::Duplicate);
+    let (verdict, ..) = r.decide("issue_comment", "p-2", &signature, &body);
+    assert_eq!(verdict, Verdict::Accepted);
+    // Unsigned: nothing asked.
+    let (verdict, ..) = r.decide("issue_comment", "p-3", "00", &body);
+    assert_eq!(verdict, Verdict::Refused);
+}

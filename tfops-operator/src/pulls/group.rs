@@ -1,0 +1,229 @@
+//! One repository and token: its open pull requests, whose heads may be planned, and what to
+//! plan and remove now.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use tfops_core::api::{ForgeRepository, ObjectKey, TerraformObject};
+use tfops_core::ports::PortError;
+use tfops_core::pulls::{
+    self, Forge, PlanAction, PlanRef, PullComment, PullRequest, Touched, Trust,
+};
+
+use super::Shared;
+use crate::forge::GiteaForge;
+
+/// The objects of one repository whose pull requests are read with one token.
+pub struct Group {
+    /// The repository ([`tfops_core::source::repository_id`]).
+    pub id: String,
+    /// Where its API is.
+    pub repository: ForgeRepository,
+    /// The token (never logged).
+    token: String,
+    /// Its objects.
+    pub objects: Vec<TerraformObject>,
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("id", &self.id)
+            .field("objects", &self.objects.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Group {
+    /// A group of no objects yet.
+    pub fn new(id: String, repository: ForgeRepository, token: String) -> Self {
+        Self {
+            id,
+            repository,
+            token,
+            objects: Vec::new(),
+        }
+    }
+
+    /// The forge client of this group.
+    pub(crate) fn forge(&self) -> Result<GiteaForge, PortError> {
+        GiteaForge::new(self.repository.clone(), self.token.clone())
+    }
+
+    /// The object `key` of this group.
+    pub(crate) fn object(&self, key: &ObjectKey) -> Option<&TerraformObject> {
+        self.objects.iter().find(|o| &o.key() == key)
+    }
+}
+
+/// The token `object`'s `spec.sourceRef.pullRequests.tokenSecretRef` names, from its
+/// namespace.
+pub(crate) async fn token(
+    client: &kube::Client,
+    object: &TerraformObject,
+) -> Result<String, PortError> {
+    let Some(pulls) = &object.spec.source_ref.pull_requests else {
+        return Err(PortError::Invalid("no spec.sourceRef.pullRequests".into()));
+    };
+    let reference = &pulls.token_secret_ref;
+    let namespace = &object.metadata.namespace;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let where_ = format!(
+        "spec.sourceRef.pullRequests.tokenSecretRef: Secret {namespace}/{} key {}",
+        reference.name, reference.key
+    );
+    let secret = secrets
+        .get_opt(&reference.name)
+        .await
+        .map_err(|e| tfops_kube::error::port_error(&where_, e))?
+        .ok_or_else(|| PortError::NotFound(format!("{where_}: no such Secret")))?;
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&reference.key))
+        .ok_or_else(|| PortError::NotFound(format!("{where_}: no such key")))?;
+    let token = String::from_utf8(value.0.clone())
+        .map_err(|_| PortError::Invalid(format!("{where_}: not UTF-8")))?;
+    Ok(token.trim().to_string())
+}
+
+/// A pull request, the objects it touches, and for each whether its head may be planned.
+pub(crate) struct Open {
+    pub(crate) pull: PullRequest,
+    pub(crate) touched: Vec<(Touched, Trust)>,
+}
+
+/// Looks at the group's open pull requests: removes the plans no longer wanted, starts the
+/// ones missing, and publishes each pull request's comment and statuses.
+pub(crate) async fn look(shared: &Arc<Shared>, group: &Group) -> Result<(), PortError> {
+    let forge = group.forge()?;
+    let open = open_pull_requests(&forge, group).await?;
+    let keys: BTreeSet<ObjectKey> = group.objects.iter().map(TerraformObject::key).collect();
+    let namespaces: BTreeSet<String> = keys.iter().map(|k| k.namespace.clone()).collect();
+    let namespaces: Vec<String> = namespaces.into_iter().collect();
+    // Running first, then stored: a plan that ends in between is stored before it stops
+    // running, so it is seen in one or the other, never planned twice.
+    let running = shared.tasks.running(&group.id);
+    let stored_plans: Vec<_> = shared
+        .store
+        .list(&namespaces)
+        .await?
+        .into_iter()
+        .filter(|p| p.repository == group.id && keys.contains(&p.plan_ref.key))
+        .collect();
+    let stored: Vec<PlanRef> = stored_plans
+        .iter()
+        .map(|p| p.plan_ref.clone())
+        .chain(running)
+        .collect();
+    let wanted: Vec<(PullRequest, Vec<Touched>, bool)> = open
+        .iter()
+        .map(|o| {
+            let allowed = o
+                .touched
+                .iter()
+                .filter(|(_, trust)| trust.allows())
+                .map(|(t, _)| t.clone())
+                .collect();
+            (o.pull.clone(), allowed, true)
+        })
+        .collect();
+    let mut closed: BTreeSet<u64> = BTreeSet::new();
+    for action in pulls::plans_to_make(&wanted, &stored) {
+        match action {
+            PlanAction::Remove(plan) => {
+                shared.tasks.cancel(&group.id, &plan);
+                // Another head's plan is replaced by the new one's (same ConfigMap); a
+                // closed pull request's, or one no longer touching the object, goes.
+                let still = open.iter().any(|o| {
+                    o.pull.number == plan.number && o.touched.iter().any(|(t, _)| t.key == plan.key)
+                });
+                if !still {
+                    shared.store.delete(&plan.key, plan.number).await?;
+                }
+                if open.iter().all(|o| o.pull.number != plan.number) {
+                    closed.insert(plan.number);
+                }
+            }
+            PlanAction::Make(plan) => {
+                let Some(o) = open.iter().find(|o| o.pull.number == plan.number) else {
+                    continue;
+                };
+                let Some(object) = group.object(&plan.key) else {
+                    continue;
+                };
+                super::tasks::start(shared, group, object, &o.pull, plan);
+            }
+        }
+    }
+    for number in closed {
+        super::publish::closed(shared, group, &forge, number).await?;
+    }
+    for o in &open {
+        super::publish::publish(shared, group, &forge, o, &stored_plans).await?;
+    }
+    Ok(())
+}
+
+/// The open pull requests with the objects each touches and whether each may be planned.
+async fn open_pull_requests(forge: &GiteaForge, group: &Group) -> Result<Vec<Open>, PortError> {
+    let mut writers: BTreeMap<String, bool> = BTreeMap::new();
+    let mut out = Vec::new();
+    for pull in forge.open_pull_requests().await? {
+        let touched = pulls::touched(&pull, &group.repository, &group.objects);
+        let mut comments: Option<Vec<PullComment>> = None;
+        let mut judged = Vec::with_capacity(touched.len());
+        for t in touched {
+            let Some(object) = group.object(&t.key) else {
+                continue;
+            };
+            let listed = object
+                .spec
+                .source_ref
+                .pull_requests
+                .as_ref()
+                .map(|p| p.trusted_authors.clone())
+                .unwrap_or_default();
+            let mut first = trust_of(&pull, &listed, &writers, &[]);
+            if !first.allows() {
+                // Only now are comments and writers read (most pull requests are trusted).
+                if comments.is_none() {
+                    comments = Some(forge.comments(pull.number).await?);
+                }
+                let said = comments.as_deref().unwrap_or_default();
+                if listed.is_empty() {
+                    for login in std::iter::once(&pull.author).chain(said.iter().map(|c| &c.author))
+                    {
+                        if !writers.contains_key(login) {
+                            let can = forge.can_write(login).await?;
+                            writers.insert(login.clone(), can);
+                        }
+                    }
+                }
+                first = trust_of(&pull, &listed, &writers, said);
+            }
+            judged.push((t, first));
+        }
+        out.push(Open {
+            pull,
+            touched: judged,
+        });
+    }
+    Ok(out)
+}
+
+fn trust_of(
+    pull: &PullRequest,
+    listed: &[String],
+    writers: &BTreeMap<String, bool>,
+    comments: &[PullComment],
+) -> Trust {
+    let writers: BTreeSet<String> = writers
+        .iter()
+        .filter(|(_, can)| **can)
+        .map(|(l, _)| l.clone())
+        .collect();
+    pulls::trust(pull, listed, &writers, comments)
+}

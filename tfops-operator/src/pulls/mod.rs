@@ -1,0 +1,170 @@
+//! The pull-request loop of the manager: for each repository its objects plan pull requests
+//! of (`spec.sourceRef.pullRequests`), the open pull requests are listed at the poll interval
+//! and at once when the forge's webhook says one opened, moved or was commented on; each
+//! object a pull request touches is planned at its head ([`tfops_core::pulls::plan_pull_request`]),
+//! the plan stored apart ([`PullPlans`]), shown in one comment and a commit status per object;
+//! a new head cancels the plans of the old one, a close removes its plans.
+//!
+//! What to plan and remove is decided by [`tfops_core::pulls::plans_to_make`] from the open
+//! pull requests and the plans stored or being made, so a delivery seen twice, a webhook and a
+//! poll at once, or a restart plan nothing twice.
+
+mod group;
+mod publish;
+mod tasks;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, ListParams};
+use tfops_core::api::{ForgeRepository, TerraformObject};
+use tfops_core::ports::{PortError, Ports};
+use tfops_kube::Terraform;
+use tfops_kube::controller::PollNow;
+use tfops_kube::controller::shard::Shard;
+use tfops_kube::pull_plans::PullPlans;
+
+pub use group::Group;
+
+/// How the loop runs.
+#[derive(Debug, Clone)]
+pub struct PullSettings {
+    /// How often open pull requests are listed (`None`: only when a webhook asks).
+    pub interval: Option<Duration>,
+    /// The namespaces watched (all when empty).
+    pub namespaces: Vec<String>,
+    /// The shard whose objects this manager plans.
+    pub shard: Shard,
+    /// Plans made at once, across pull requests.
+    pub concurrency: usize,
+    /// Where webhooks ask for a repository's pull requests at once.
+    pub nudge: PollNow,
+}
+
+/// The loop's shared parts.
+pub(crate) struct Shared {
+    pub(crate) client: kube::Client,
+    pub(crate) ports: Ports,
+    pub(crate) store: PullPlans,
+    pub(crate) tasks: tasks::Tasks,
+    pub(crate) published: publish::Published,
+    /// Asks the loop to look at a repository again (a plan ended).
+    pub(crate) nudge: PollNow,
+}
+
+/// Runs the loop until the process ends.
+pub async fn run(client: kube::Client, ports: Ports, settings: PullSettings) {
+    let shared = Arc::new(Shared {
+        store: PullPlans::new(client.clone()),
+        tasks: tasks::Tasks::new(settings.concurrency.max(1)),
+        published: publish::Published::default(),
+        nudge: settings.nudge.clone(),
+        client,
+        ports,
+    });
+    let mut every = settings.interval.map(tokio::time::interval);
+    loop {
+        let only = tokio::select! {
+            asked = settings.nudge.take() => Some(asked),
+            _ = async {
+                match every.as_mut() {
+                    Some(t) => { t.tick().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => None,
+        };
+        if let Err(e) = pass(&shared, &settings, only.as_ref()).await {
+            tracing::warn!(error = %e, "listing the pull requests to plan");
+        }
+    }
+}
+
+/// One look at every repository (or only those `only` names, by
+/// [`tfops_core::source::repository_id`]).
+async fn pass(
+    shared: &Arc<Shared>,
+    settings: &PullSettings,
+    only: Option<&std::collections::BTreeSet<String>>,
+) -> Result<(), PortError> {
+    let objects = objects(&shared.client, settings).await?;
+    for group in groups(shared, objects).await {
+        if only.is_some_and(|ids| !ids.contains(&group.id)) {
+            continue;
+        }
+        if let Err(e) = group::look(shared, &group).await {
+            tracing::warn!(repository = %group.id, error = %e, "planning pull requests");
+        }
+    }
+    Ok(())
+}
+
+/// The objects of this shard that plan pull requests.
+async fn objects(
+    client: &kube::Client,
+    settings: &PullSettings,
+) -> Result<Vec<TerraformObject>, PortError> {
+    let apis: Vec<Api<Terraform>> = if settings.namespaces.is_empty() {
+        vec![Api::all(client.clone())]
+    } else {
+        settings
+            .namespaces
+            .iter()
+            .map(|n| Api::namespaced(client.clone(), n))
+            .collect()
+    };
+    let mut out = Vec::new();
+    for api in apis {
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| tfops_kube::error::port_error("listing Terraform objects", e))?;
+        out.extend(
+            list.items
+                .into_iter()
+                .filter(|t| {
+                    let labels = t.metadata.labels.clone().unwrap_or_default();
+                    settings.shard.owns(&labels)
+                })
+                .filter(|t| t.spec.source_ref.pull_requests.is_some())
+                .map(|t| t.to_object()),
+        );
+    }
+    Ok(out)
+}
+
+/// The objects grouped by repository and token: each group is one forge client, and one
+/// comment per pull request. An object whose token cannot be read is left out, with a
+/// warning.
+async fn groups(shared: &Arc<Shared>, objects: Vec<TerraformObject>) -> Vec<Group> {
+    let mut by: BTreeMap<(String, String), Group> = BTreeMap::new();
+    for object in objects {
+        let source = &object.spec.source_ref;
+        let Some(pulls) = &source.pull_requests else {
+            continue;
+        };
+        let repository: ForgeRepository = match pulls.repository(&source.url) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(object = %object.key(), error = %e, "spec.sourceRef.pullRequests");
+                continue;
+            }
+        };
+        let token = match group::token(&shared.client, &object).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(object = %object.key(), error = %e, "reading the forge token");
+                continue;
+            }
+        };
+        let Some(id) = tfops_core::source::repository_id(&source.url) else {
+            continue;
+        };
+        let digest = tfops_core::digest::sha256_hex(token.as_bytes());
+        by.entry((id.clone(), digest))
+            .or_insert_with(|| Group::new(id, repository, token))
+            .objects
+            .push(object);
+    }
+    by.into_values().collect()
+}
