@@ -258,6 +258,17 @@ impl Receiver {
                 format!("the {event} payload is not JSON"),
             );
         };
+        // tfops' own comment, edited: nothing new to look at.
+        let own = payload["comment"]["body"]
+            .as_str()
+            .is_some_and(|b| b.starts_with(tfops_core::pulls::MARKER));
+        if event == "issue_comment" && own {
+            return (
+                Verdict::Ignored,
+                StatusCode::ACCEPTED,
+                "tfops' own comment: nothing to do".into(),
+            );
+        }
         // Only which repository: what to plan or poll is read from the forge and the sources,
         // never from the delivery.
         let repository = &payload["repository"];

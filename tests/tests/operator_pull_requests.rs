@@ -1,0 +1,419 @@
+//! Plans on pull requests, end to end: a real Gitea (built from its module) holds a repository
+//! of three objects and delivers its own signed webhooks to the manager, which plans in runner
+//! Pods each object a pull request touches, at its head, and shows the plans in one comment and
+//! a commit status per object. The objects' own plans, status and state are left alone.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::operator::{CONFIG, Operator, pending, ready_with};
+use tfops_core::pulls::MARKER;
+use tfops_testcluster::gitea::Gitea;
+
+const SECRET: &str = "pull-s3cret";
+
+/// The repository's path of `user`'s repository `infra`.
+fn repo(gitea: &Gitea) -> String {
+    format!("/repos/{}/infra", gitea.admin.login)
+}
+
+/// Opens a pull request of `branch` into `main` as the admin: its number.
+async fn open(gitea: &Gitea, branch: &str) -> u64 {
+    let body = json!({"head": branch, "base": "main", "title": format!("change {branch}")});
+    let pull = gitea
+        .call(
+            &gitea.admin,
+            Method::POST,
+            &format!("{}/pulls", repo(gitea)),
+            Some(body),
+        )
+        .await
+        .unwrap();
+    pull["number"].as_u64().unwrap()
+}
+
+/// The comments on pull request `number` that carry tfops' marker.
+async fn ours(gitea: &Gitea, number: u64) -> Vec<String> {
+    let path = format!("{}/issues/{number}/comments", repo(gitea));
+    let all = gitea
+        .call(&gitea.admin, Method::GET, &path, None)
+        .await
+        .unwrap();
+    all.as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["body"].as_str())
+        .filter(|b| b.starts_with(MARKER))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The newest status per context on `sha`: (state, description).
+async fn statuses(
+    gitea: &Gitea,
+    sha: &str,
+) -> std::collections::BTreeMap<String, (String, String)> {
+    let path = format!("{}/commits/{sha}/status", repo(gitea));
+    let combined = gitea
+        .call(&gitea.admin, Method::GET, &path, None)
+        .await
+        .unwrap();
+    combined["statuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let state = s["status"].as_str().or(s["state"].as_str()).unwrap_or("");
+            (
+                s["context"].as_str().unwrap().to_string(),
+                (
+                    state.to_string(),
+                    s["description"].as_str().unwrap_or("").to_string(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Waits (at most `seconds`) until `test` of the pull request's single tfops comment holds;
+/// gives it. Panics when there is ever more than one.
+async fn comment_where(
+    gitea: &Gitea,
+    number: u64,
+    seconds: u64,
+    test: impl Fn(&str) -> bool,
+) -> String {
+    let start = Instant::now();
+    loop {
+        let found = ours(gitea, number).await;
+        assert!(found.len() <= 1, "one comment per pull request: {found:#?}");
+        if let Some(body) = found.first().filter(|b| test(b)) {
+            return body.clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(seconds),
+            "#{number}: no such comment within {seconds} s; now: {found:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn status_where(
+    gitea: &Gitea,
+    sha: &str,
+    context: &str,
+    seconds: u64,
+    test: impl Fn(&str, &str) -> bool,
+) -> (String, String) {
+    let start = Instant::now();
+    loop {
+        let now = statuses(gitea, sha).await;
+        if let Some((state, description)) = now.get(context).filter(|(s, d)| test(s, d)) {
+            return (state.clone(), description.clone());
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(seconds),
+            "{sha}: no such status {context} within {seconds} s; now: {now:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..12]
+}
+
+/// The object manifests: `a` waits for approval, `b` applies itself, `c` trusts only the
+/// reviewer's pull requests; all plan the pull requests of the repository with the admin's
+/// token.
+fn objects(op: &Operator, gitea: &Gitea) -> String {
+    let url = gitea.clone_url("infra");
+    let pulls = json!({"forge": "gitea", "tokenSecretRef": {"name": "forge"}});
+    let one = |name: &str, extra: Value| {
+        let mut spec = json!({"path": name, "sourceRef": {"url": url, "pullRequests": pulls}});
+        json_patch::merge(&mut spec, &extra);
+        op.manifest(name, spec)
+    };
+    [
+        one("a", json!({})),
+        one("b", json!({"approvePlan": "auto"})),
+        one(
+            "c",
+            json!({"approvePlan": "auto", "sourceRef": {"pullRequests": {"trustedAuthors": ["reviewer"]}}}),
+        ),
+    ]
+    .join("---\n")
+}
+
+async fn stored(op: &Operator, name: &str) -> Option<ConfigMap> {
+    Api::<ConfigMap>::namespaced(op.admin.clone(), "team-a")
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pull_requests_are_planned_in_one_comment_with_a_status_per_object() {
+    let gitea = Gitea::start().await.unwrap();
+    gitea.create_repo("infra").await.unwrap();
+    let files = [
+        ("a/main.tf", CONFIG),
+        ("b/main.tf", CONFIG),
+        ("c/main.tf", CONFIG),
+    ];
+    gitea
+        .push(&gitea.admin, "infra", "main", &files, "three objects")
+        .await
+        .unwrap();
+    gitea
+        .add_collaborator("infra", &gitea.reviewer, "write")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("secret");
+    std::fs::write(&secret_file, SECRET).unwrap();
+    let op = Operator::start_with(&[
+        "--source-poll-interval",
+        "1h",
+        "--webhook-addr",
+        "127.0.0.1:0",
+        "--webhook-secret-file",
+        secret_file.to_str().unwrap(),
+    ])
+    .await;
+    let receiver = op.manager().webhooks.clone();
+    op.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: forge, namespace: team-a}}\nstringData: {{token: {}}}\n",
+        gitea.admin.token
+    ));
+    op.apply(&objects(&op, &gitea));
+    let a = op
+        .wait_for("a", "planned", 180, |t| {
+            ready_with(t, "TerraformPlannedWithChanges") && !pending(t).is_empty()
+        })
+        .await;
+    for name in ["b", "c"] {
+        op.wait_for(name, "applied", 180, |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+        })
+        .await;
+    }
+    gitea
+        .call(
+            &gitea.admin,
+            Method::POST,
+            &format!("{}/hooks", repo(&gitea)),
+            Some(json!({
+                "type": "gitea", "active": true,
+                "events": ["push", "pull_request", "issue_comment"],
+                "config": {"url": format!("http://{receiver}/hooks/gitea"), "content_type": "json", "secret": SECRET},
+            })),
+        )
+        .await
+        .unwrap();
+
+    // A pull request touching a: one comment with a's plan, b and c not named, a's status
+    // success, a's own pending plan and status as they were.
+    let pushed = Instant::now();
+    let head1 = gitea
+        .push(
+            &gitea.admin,
+            "infra",
+            "change-a",
+            &[("a/main.tf", &CONFIG.replace("hello", "bonjour"))],
+            "a says bonjour",
+        )
+        .await
+        .unwrap();
+    let pr = open(&gitea, "change-a").await;
+    let body = comment_where(&gitea, pr, 120, |b| b.contains("✅")).await;
+    println!(
+        "push to comment (1 object): {:.1} s",
+        pushed.elapsed().as_secs_f64()
+    );
+    assert!(
+        body.contains("**team-a/a**") && body.contains("`+1 ~0 -0`"),
+        "{body}"
+    );
+    assert!(body.contains(short(&head1)), "{body}");
+    assert!(
+        !body.contains("team-a/b") && !body.contains("team-a/c"),
+        "{body}"
+    );
+    assert!(
+        body.contains("bonjour"),
+        "the plan's text is folded in: {body}"
+    );
+    let (state, _) =
+        status_where(&gitea, &head1, "tfops/team-a/a", 30, |s, _| s == "success").await;
+    assert_eq!(state, "success");
+    status_where(&gitea, &head1, "tfops", 30, |s, _| s == "success").await;
+    let plan = stored(&op, &format!("tfops-pr-a-{pr}"))
+        .await
+        .expect("a's plan stored");
+    assert_eq!(
+        plan.metadata.annotations.unwrap()["infra.argocd.io/head-sha"],
+        head1
+    );
+    let now = op.terraforms().get("a").await.unwrap();
+    assert_eq!(now.status, a.status, "a's own status is untouched");
+
+    // A second push: the same comment edited, the status on the new head.
+    let head2 = gitea
+        .push(
+            &gitea.admin,
+            "infra",
+            "change-a",
+            &[("a/main.tf", &CONFIG.replace("hello", "hola"))],
+            "a says hola",
+        )
+        .await
+        .unwrap();
+    let body = comment_where(&gitea, pr, 120, |b| {
+        b.contains(short(&head2)) && b.contains("✅")
+    })
+    .await;
+    assert!(body.contains("hola") && !body.contains("bonjour"), "{body}");
+    status_where(&gitea, &head2, "tfops/team-a/a", 30, |s, _| s == "success").await;
+    let plan = stored(&op, &format!("tfops-pr-a-{pr}")).await.unwrap();
+    assert_eq!(
+        plan.metadata.annotations.unwrap()["infra.argocd.io/head-sha"],
+        head2
+    );
+
+    policy_and_failures(&op, &gitea).await;
+    untrusted_until_asked(&gitea).await;
+
+    // Closed: its plans go, the comment says so.
+    gitea
+        .call(
+            &gitea.admin,
+            Method::PATCH,
+            &format!("{}/pulls/{pr}", repo(&gitea)),
+            Some(json!({"state": "closed"})),
+        )
+        .await
+        .unwrap();
+    comment_where(&gitea, pr, 60, |b| b.contains("was closed")).await;
+    assert!(stored(&op, &format!("tfops-pr-a-{pr}")).await.is_none());
+
+    // Nothing applied from any pull request; a still waits with its own plan.
+    let now = op.terraforms().get("a").await.unwrap();
+    assert_eq!(pending(&now), pending(&a));
+    assert_eq!(now.status.unwrap().last_applied_revision, None);
+}
+
+/// A policy denial and a plan error are failure statuses with the reason.
+async fn policy_and_failures(op: &Operator, gitea: &Gitea) {
+    op.apply(
+        "apiVersion: infra.argocd.io/v1alpha1\nkind: TerraformPolicy\nmetadata: {name: no-new, namespace: team-a}\nspec:\n  rules:\n    - name: nothing-new\n      expression: \"size(creates) == 0\"\n      message: no new resources\n",
+    );
+    let more = format!("{CONFIG}\nresource \"terraform_data\" \"y\" {{\n  input = 1\n}}\n");
+    let denied_head = gitea
+        .push(
+            &gitea.admin,
+            "infra",
+            "more-b",
+            &[("b/main.tf", &more)],
+            "b grows",
+        )
+        .await
+        .unwrap();
+    let denied = open(gitea, "more-b").await;
+    let (_, said) = status_where(gitea, &denied_head, "tfops/team-a/b", 120, |s, _| {
+        s != "pending"
+    })
+    .await;
+    let status = statuses(gitea, &denied_head).await;
+    assert_eq!(status["tfops/team-a/b"].0, "failure", "{status:?}");
+    assert!(
+        said.contains("denied by policy") && said.contains("no new resources"),
+        "{said}"
+    );
+    assert_eq!(status["tfops"].0, "failure");
+    let body = comment_where(gitea, denied, 30, |b| b.contains("denied by policy")).await;
+    assert!(body.contains("**team-a/b**"), "{body}");
+
+    let broken_head = gitea
+        .push(
+            &gitea.admin,
+            "infra",
+            "broken-a",
+            &[("a/main.tf", "resource \"terraform_data\" \"x\" {\n  input = var.nope\n}\n")],
+            "broken",
+        )
+        .await
+        .unwrap();
+    let broken = open(gitea, "broken-a").await;
+    let (state, said) = status_where(gitea, &broken_head, "tfops/team-a/a", 120, |s, _| {
+        s != "pending"
+    })
+    .await;
+    assert_eq!(state, "failure");
+    assert!(said.contains("TFExecPlanFailed"), "{said}");
+    let body = comment_where(gitea, broken, 30, |b| b.contains("plan failed")).await;
+    assert!(body.contains("TFExecPlanFailed"), "{body}");
+
+    // One that touches nothing says so.
+    gitea
+        .push(
+            &gitea.admin,
+            "infra",
+            "docs",
+            &[("README.md", "# infra\n")],
+            "docs",
+        )
+        .await
+        .unwrap();
+    let docs = open(gitea, "docs").await;
+    comment_where(gitea, docs, 60, |b| b.contains("nothing to plan")).await;
+}
+
+/// c trusts only the reviewer: the admin's pull request waits until the reviewer asks for
+/// its head with `/tfops plan <sha>`.
+async fn untrusted_until_asked(gitea: &Gitea) {
+    let head = gitea
+        .push(
+            &gitea.admin,
+            "infra",
+            "change-c",
+            &[("c/main.tf", &CONFIG.replace("hello", "hej"))],
+            "c",
+        )
+        .await
+        .unwrap();
+    let pr = open(gitea, "change-c").await;
+    let body = comment_where(gitea, pr, 60, |b| b.contains("not planned")).await;
+    assert!(body.contains(&format!("/tfops plan {head}")), "{body}");
+    let (state, _) = status_where(gitea, &head, "tfops/team-a/c", 30, |_, _| true).await;
+    assert_eq!(state, "pending");
+    // A prefix of the head is not enough; the whole sha from the reviewer is.
+    let ask = |text: String| {
+        let path = format!("{}/issues/{pr}/comments", repo(gitea));
+        async move {
+            gitea
+                .call(
+                    &gitea.reviewer,
+                    Method::POST,
+                    &path,
+                    Some(json!({"body": text})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    ask(format!("/tfops plan {}", short(&head))).await;
+    ask(format!("/tfops plan {head}")).await;
+    let body = comment_where(gitea, pr, 120, |b| b.contains("✅")).await;
+    assert!(
+        body.contains("**team-a/c**") && body.contains("hej"),
+        "{body}"
+    );
+    status_where(gitea, &head, "tfops/team-a/c", 30, |s, _| s == "success").await;
+}
