@@ -125,6 +125,34 @@ async fn status_where(
     }
 }
 
+/// Every request the manager made to the forge so far (`tfops_forge_requests_total`).
+async fn forge_requests(op: &Operator) -> f64 {
+    let (_, text) = op.manager().get("/metrics").await;
+    text.lines()
+        .filter(|l| l.starts_with("tfops_forge_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn sign(body: &[u8]) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET.as_bytes());
+    tfops_core::digest::hex(ring::hmac::sign(&key, body).as_ref())
+}
+
+/// Posts `body` to the receiver as a Gitea `pull_request` delivery: its status code.
+async fn deliver(addr: &str, delivery: &str, signature: Option<&str>, body: &[u8]) -> u16 {
+    let mut request = reqwest::Client::new()
+        .post(format!("http://{addr}/hooks/gitea"))
+        .header("X-Gitea-Event", "pull_request")
+        .header("X-Gitea-Delivery", delivery)
+        .header("Content-Type", "application/json")
+        .body(body.to_vec());
+    if let Some(signature) = signature {
+        request = request.header("X-Gitea-Signature", signature);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
 fn short(sha: &str) -> &str {
     &sha[..12]
 }
@@ -204,6 +232,59 @@ async fn pull_requests_are_planned_in_one_comment_with_a_status_per_object() {
         })
         .await;
     }
+    // A pull request touching a, opened before Gitea has a webhook (and an hour before the
+    // manager's poll): only a delivery can make tfops look.
+    let head1 = gitea
+        .push(
+            &gitea.admin,
+            "infra",
+            "change-a",
+            &[("a/main.tf", &CONFIG.replace("hello", "bonjour"))],
+            "a says bonjour",
+        )
+        .await
+        .unwrap();
+    let pr = open(&gitea, "change-a").await;
+    let delivery = serde_json::to_vec(&json!({
+        "action": "opened", "number": pr,
+        "repository": {"full_name": "tfops-admin/infra", "clone_url": gitea.clone_url("infra")},
+    }))
+    .unwrap();
+    assert_eq!(deliver(&receiver, "forged", None, &delivery).await, 401);
+    let wrong = sign(b"another body");
+    assert_eq!(
+        deliver(&receiver, "forged-2", Some(&wrong), &delivery).await,
+        401
+    );
+    assert!(
+        ours(&gitea, pr).await.is_empty(),
+        "a refused delivery plans nothing"
+    );
+    assert!(stored(&op, &format!("tfops-pr-a-{pr}")).await.is_none());
+    let signed = sign(&delivery);
+    let delivered = Instant::now();
+    assert_eq!(
+        deliver(&receiver, "d-1", Some(&signed), &delivery).await,
+        202
+    );
+
+    // One comment with a's plan, b and c not named, a's status success, a's own pending plan
+    // and status as they were.
+    let body = comment_where(&gitea, pr, 120, |b| b.contains("✅")).await;
+    println!(
+        "delivery to comment (1 object): {:.1} s",
+        delivered.elapsed().as_secs_f64()
+    );
+    // The same delivery again: answered as a duplicate, nothing planned again.
+    let version = stored(&op, &format!("tfops-pr-a-{pr}"))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    assert_eq!(
+        deliver(&receiver, "d-1", Some(&signed), &delivery).await,
+        200
+    );
     gitea
         .call(
             &gitea.admin,
@@ -217,26 +298,6 @@ async fn pull_requests_are_planned_in_one_comment_with_a_status_per_object() {
         )
         .await
         .unwrap();
-
-    // A pull request touching a: one comment with a's plan, b and c not named, a's status
-    // success, a's own pending plan and status as they were.
-    let pushed = Instant::now();
-    let head1 = gitea
-        .push(
-            &gitea.admin,
-            "infra",
-            "change-a",
-            &[("a/main.tf", &CONFIG.replace("hello", "bonjour"))],
-            "a says bonjour",
-        )
-        .await
-        .unwrap();
-    let pr = open(&gitea, "change-a").await;
-    let body = comment_where(&gitea, pr, 120, |b| b.contains("✅")).await;
-    println!(
-        "push to comment (1 object): {:.1} s",
-        pushed.elapsed().as_secs_f64()
-    );
     assert!(
         body.contains("**team-a/a**") && body.contains("`+1 ~0 -0`"),
         "{body}"
@@ -264,7 +325,11 @@ async fn pull_requests_are_planned_in_one_comment_with_a_status_per_object() {
     let now = op.terraforms().get("a").await.unwrap();
     assert_eq!(now.status, a.status, "a's own status is untouched");
 
+    let again = stored(&op, &format!("tfops-pr-a-{pr}")).await.unwrap();
+    assert_eq!(again.metadata.resource_version, version, "planned once");
+
     // A second push: the same comment edited, the status on the new head.
+    let (pushed, requests) = (Instant::now(), forge_requests(&op).await);
     let head2 = gitea
         .push(
             &gitea.admin,
@@ -280,15 +345,29 @@ async fn pull_requests_are_planned_in_one_comment_with_a_status_per_object() {
     })
     .await;
     assert!(body.contains("hola") && !body.contains("bonjour"), "{body}");
+    status_where(&gitea, &head2, "tfops", 30, |s, _| s == "success").await;
+    println!(
+        "push to comment and statuses (1 object, Gitea's webhooks): {:.1} s, {} requests to Gitea",
+        pushed.elapsed().as_secs_f64(),
+        forge_requests(&op).await - requests
+    );
     status_where(&gitea, &head2, "tfops/team-a/a", 30, |s, _| s == "success").await;
     let plan = stored(&op, &format!("tfops-pr-a-{pr}")).await.unwrap();
     assert_eq!(
         plan.metadata.annotations.unwrap()["infra.argocd.io/head-sha"],
         head2
     );
+    let planned_once = plan.metadata.resource_version;
 
     policy_and_failures(&op, &gitea).await;
     untrusted_until_asked(&gitea).await;
+    // Every delivery since (pushes, pull requests, comments) made tfops look again; none
+    // planned a head it had planned.
+    let plan = stored(&op, &format!("tfops-pr-a-{pr}")).await.unwrap();
+    assert_eq!(
+        plan.metadata.resource_version, planned_once,
+        "each head planned once"
+    );
 
     // Closed: its plans go, the comment says so.
     gitea
@@ -302,6 +381,18 @@ async fn pull_requests_are_planned_in_one_comment_with_a_status_per_object() {
         .unwrap();
     comment_where(&gitea, pr, 60, |b| b.contains("was closed")).await;
     assert!(stored(&op, &format!("tfops-pr-a-{pr}")).await.is_none());
+
+    // No pull request's runner Pod is left.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(op.admin.clone(), "team-a");
+    let role = kube::api::ListParams::default().labels("infra.argocd.io/runner-role=pull-request");
+    let start = Instant::now();
+    while !pods.list(&role).await.unwrap().items.is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "a pull request's runner Pod is left"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Nothing applied from any pull request; a still waits with its own plan.
     let now = op.terraforms().get("a").await.unwrap();
@@ -345,7 +436,10 @@ async fn policy_and_failures(op: &Operator, gitea: &Gitea) {
             &gitea.admin,
             "infra",
             "broken-a",
-            &[("a/main.tf", "resource \"terraform_data\" \"x\" {\n  input = var.nope\n}\n")],
+            &[(
+                "a/main.tf",
+                "resource \"terraform_data\" \"x\" {\n  input = var.nope\n}\n",
+            )],
             "broken",
         )
         .await
@@ -416,4 +510,70 @@ async fn untrusted_until_asked(gitea: &Gitea) {
         "{body}"
     );
     status_where(gitea, &head, "tfops/team-a/c", 30, |s, _| s == "success").await;
+}
+
+/// Without webhooks the manager's poll finds a pull request; one touching the shared module of
+/// twenty objects plans them all into one comment (the monorepo case).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_webhooks_the_poll_plans_a_pull_request_of_twenty_objects() {
+    const OBJECTS: usize = 20;
+    let gitea = Gitea::start().await.unwrap();
+    gitea.create_repo("infra").await.unwrap();
+    let paths: Vec<String> = (0..OBJECTS)
+        .map(|i| format!("envs/e{i:02}/main.tf"))
+        .collect();
+    let mut files: Vec<(&str, &str)> = paths.iter().map(|p| (p.as_str(), CONFIG)).collect();
+    files.push(("modules/shared/README.md", "shared\n"));
+    gitea
+        .push(&gitea.admin, "infra", "main", &files, "twenty environments")
+        .await
+        .unwrap();
+    let op = Operator::start_with(&["--source-poll-interval", "2s", "--concurrent", "4"]).await;
+    op.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: forge, namespace: team-a}}\nstringData: {{token: {}}}\n",
+        gitea.admin.token
+    ));
+    let url = gitea.clone_url("infra");
+    let pulls = json!({"forge": "gitea", "tokenSecretRef": {"name": "forge"}});
+    let manifests: Vec<String> = (0..OBJECTS)
+        .map(|i| {
+            op.manifest(
+                &format!("e{i:02}"),
+                json!({
+                    "path": format!("envs/e{i:02}"),
+                    "sourceRef": {"url": url, "pullRequests": pulls, "watchPaths": ["modules/shared/**"]},
+                }),
+            )
+        })
+        .collect();
+    op.apply(&manifests.join("---\n"));
+    for i in 0..OBJECTS {
+        op.wait_for(&format!("e{i:02}"), "planned", 300, |t| {
+            ready_with(t, "TerraformPlannedWithChanges")
+        })
+        .await;
+    }
+    let (requests, pushed) = (forge_requests(&op).await, Instant::now());
+    let head = gitea
+        .push(
+            &gitea.admin,
+            "infra",
+            "shared",
+            &[("modules/shared/README.md", "shared, changed\n")],
+            "the shared module",
+        )
+        .await
+        .unwrap();
+    let pr = open(&gitea, "shared").await;
+    let body = comment_where(&gitea, pr, 300, |b| b.matches("✅").count() == OBJECTS).await;
+    status_where(&gitea, &head, "tfops", 60, |s, _| s == "success").await;
+    println!(
+        "push to comment and statuses ({OBJECTS} objects, poll every 2 s, --concurrent 4): {:.1} s, {} requests to Gitea",
+        pushed.elapsed().as_secs_f64(),
+        forge_requests(&op).await - requests
+    );
+    for i in 0..OBJECTS {
+        assert!(body.contains(&format!("**team-a/e{i:02}**")), "{body}");
+    }
+    assert_eq!(statuses(&gitea, &head).await.len(), OBJECTS + 1);
 }

@@ -53,6 +53,8 @@ pub struct ClusterOptions {
     /// Plans pull requests ([`crate::pulls`]) when set: at the source poll interval, and when
     /// this asks (the forge's webhooks).
     pub pull_requests: Option<tfops_kube::controller::PollNow>,
+    /// Where forge requests are counted.
+    pub forge_requests: crate::forge::ForgeRequests,
 }
 
 impl ClusterOptions {
@@ -72,6 +74,7 @@ impl ClusterOptions {
             runner_grpc_port: tfops_kube::runner::pod::GRPC_PORT,
             controller: Settings::default(),
             pull_requests: None,
+            forge_requests: crate::forge::ForgeRequests::default(),
         }
     }
 }
@@ -219,6 +222,7 @@ pub async fn run_with_runner(
             shard: c.shard.clone(),
             concurrency: usize::from(c.concurrency).max(1),
             nudge,
+            counted: options.forge_requests.clone(),
         };
         tokio::spawn(crate::pulls::run(
             client.clone(),

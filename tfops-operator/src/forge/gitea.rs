@@ -21,6 +21,9 @@ pub struct GiteaForge {
     http: reqwest::Client,
     repository: ForgeRepository,
     token: String,
+    counted: super::ForgeRequests,
+    /// The token's login, once asked.
+    login: tokio::sync::OnceCell<String>,
 }
 
 impl std::fmt::Debug for GiteaForge {
@@ -82,7 +85,25 @@ impl GiteaForge {
             http,
             repository,
             token: token.into(),
+            counted: super::ForgeRequests::default(),
+            login: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// Counts every request in `counted` (the manager's metrics).
+    #[must_use]
+    pub fn counting(mut self, counted: super::ForgeRequests) -> Self {
+        self.counted = counted;
+        self
+    }
+
+    fn count(&self, method: &Method, code: u16) {
+        self.counted
+            .get_or_create(&super::ForgeRequest {
+                method: method.to_string(),
+                code,
+            })
+            .inc();
     }
 
     /// `/repos/<owner>/<name>` + `rest`.
@@ -100,7 +121,19 @@ impl GiteaForge {
         path: &str,
         body: Option<Value>,
     ) -> Result<Value, PortError> {
+        self.send(method, path, body).await.map(|(v, _)| v)
+    }
+
+    /// [`GiteaForge::call`], with the list's whole length when Gitea says it
+    /// (`X-Total-Count`).
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(Value, Option<usize>), PortError> {
         let what = format!("{method} {path} on {}", self.repository.api_url);
+        let counted = method.clone();
         let mut auth = reqwest::header::HeaderValue::from_str(&format!("token {}", self.token))
             .map_err(|_| {
                 PortError::Invalid("the forge token is not a valid header value".into())
@@ -115,17 +148,20 @@ impl GiteaForge {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| PortError::Unavailable(format!("{what}: {e}")))?;
+        let sent = request.send().await;
+        self.count(&counted, sent.as_ref().map_or(0, |r| r.status().as_u16()));
+        let response = sent.map_err(|e| PortError::Unavailable(format!("{what}: {e}")))?;
         let status = response.status();
+        let total = response
+            .headers()
+            .get("x-total-count")
+            .and_then(|v| v.to_str().ok()?.parse().ok());
         let text = response
             .text()
             .await
             .map_err(|e| PortError::Unavailable(format!("{what}: {e}")))?;
         match status {
-            s if s.is_success() => Ok(serde_json::from_str(&text).unwrap_or(Value::Null)),
+            s if s.is_success() => Ok((serde_json::from_str(&text).unwrap_or(Value::Null), total)),
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                 Err(PortError::AccessDenied(format!(
                     "{what}: {status} (is the token valid, with the scopes docs/pull-requests.md lists?)"
@@ -147,8 +183,8 @@ impl GiteaForge {
     ) -> Result<Vec<T>, PortError> {
         let mut items = Vec::new();
         for page in 1..=MAX_PAGES {
-            let answer = self
-                .call(
+            let (answer, total) = self
+                .send(
                     Method::GET,
                     &format!("{path}?{extra}page={page}&limit={PAGE}"),
                     None,
@@ -157,11 +193,15 @@ impl GiteaForge {
             let batch: Vec<T> = serde_json::from_value(answer).map_err(|e| {
                 PortError::Invalid(format!("Gitea's answer to GET {path} is not a list: {e}"))
             })?;
-            // Read until an empty page: Gitea caps `limit` at its MAX_RESPONSE_ITEMS.
+            // Gitea caps `limit` at its MAX_RESPONSE_ITEMS, so a short page is not the last:
+            // read until the whole count it gives (X-Total-Count), or an empty page without.
             if batch.is_empty() {
                 return Ok(items);
             }
             items.extend(batch);
+            if total.is_some_and(|t| items.len() >= t) {
+                return Ok(items);
+            }
         }
         // A partial list must not pass for a whole one (pull requests not listed would count
         // as closed).
@@ -179,11 +219,18 @@ impl GiteaForge {
         })
     }
 
-    /// The login the token acts as.
+    /// The login the token acts as (asked once per client).
     async fn me(&self) -> Result<String, PortError> {
-        let user: User = serde_json::from_value(self.call(Method::GET, "/user", None).await?)
-            .map_err(|e| PortError::Invalid(format!("Gitea's answer to GET /user: {e}")))?;
-        Ok(user.login)
+        self.login
+            .get_or_try_init(|| async {
+                let user: User = serde_json::from_value(
+                    self.call(Method::GET, "/user", None).await?,
+                )
+                .map_err(|e| PortError::Invalid(format!("Gitea's answer to GET /user: {e}")))?;
+                Ok(user.login)
+            })
+            .await
+            .cloned()
     }
 }
 

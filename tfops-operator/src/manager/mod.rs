@@ -194,6 +194,7 @@ pub async fn run_with_runner(
     let leading = Arc::new(AtomicBool::new(!flags.leader_election));
     let pulls = tfops_kube::controller::PollNow::default();
     options.pull_requests = Some(pulls.clone());
+    options.forge_requests = metrics.forge_requests();
     let webhooks = match webhooks(&flags, &metrics, &leading, &pulls).await? {
         Some((at, poll_now)) => {
             options.controller.poll_now = Some(poll_now);

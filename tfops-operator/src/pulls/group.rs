@@ -47,9 +47,26 @@ impl Group {
         }
     }
 
-    /// The forge client of this group.
-    pub(crate) fn forge(&self) -> Result<GiteaForge, PortError> {
-        GiteaForge::new(self.repository.clone(), self.token.clone())
+    /// The forge client of this group: the one made before for this repository and token
+    /// (its connections and the token's login kept), or a new one.
+    pub(crate) fn forge(&self, shared: &Shared) -> Result<Arc<GiteaForge>, PortError> {
+        let key = (
+            self.id.clone(),
+            tfops_core::digest::sha256_hex(self.token.as_bytes()),
+        );
+        let mut forges = shared
+            .forges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(forge) = forges.get(&key) {
+            return Ok(forge.clone());
+        }
+        let forge = Arc::new(
+            GiteaForge::new(self.repository.clone(), self.token.clone())?
+                .counting(shared.counted.clone()),
+        );
+        forges.insert(key, forge.clone());
+        Ok(forge)
     }
 
     /// The object `key` of this group.
@@ -98,7 +115,7 @@ pub(crate) struct Open {
 /// Looks at the group's open pull requests: removes the plans no longer wanted, starts the
 /// ones missing, and publishes each pull request's comment and statuses.
 pub(crate) async fn look(shared: &Arc<Shared>, group: &Group) -> Result<(), PortError> {
-    let forge = group.forge()?;
+    let forge = group.forge(shared)?;
     let open = open_pull_requests(&forge, group).await?;
     let keys: BTreeSet<ObjectKey> = group.objects.iter().map(TerraformObject::key).collect();
     let namespaces: BTreeSet<String> = keys.iter().map(|k| k.namespace.clone()).collect();
@@ -159,10 +176,10 @@ pub(crate) async fn look(shared: &Arc<Shared>, group: &Group) -> Result<(), Port
         }
     }
     for number in closed {
-        super::publish::closed(shared, group, &forge, number).await?;
+        super::publish::closed(shared, group, forge.as_ref(), number).await?;
     }
     for o in &open {
-        super::publish::publish(shared, group, &forge, o, &stored_plans).await?;
+        super::publish::publish(shared, group, forge.as_ref(), o, &stored_plans).await?;
     }
     Ok(())
 }

@@ -40,6 +40,8 @@ pub struct PullSettings {
     pub concurrency: usize,
     /// Where webhooks ask for a repository's pull requests at once.
     pub nudge: PollNow,
+    /// Where requests to the forge are counted.
+    pub counted: crate::forge::ForgeRequests,
 }
 
 /// The loop's shared parts.
@@ -51,6 +53,9 @@ pub(crate) struct Shared {
     pub(crate) published: publish::Published,
     /// Asks the loop to look at a repository again (a plan ended).
     pub(crate) nudge: PollNow,
+    pub(crate) counted: crate::forge::ForgeRequests,
+    /// A forge client per repository and token, kept between looks.
+    pub(crate) forges: std::sync::Mutex<BTreeMap<(String, String), Arc<crate::forge::GiteaForge>>>,
 }
 
 /// Runs the loop until the process ends.
@@ -60,6 +65,8 @@ pub async fn run(client: kube::Client, ports: Ports, settings: PullSettings) {
         tasks: tasks::Tasks::new(settings.concurrency.max(1)),
         published: publish::Published::default(),
         nudge: settings.nudge.clone(),
+        counted: settings.counted.clone(),
+        forges: std::sync::Mutex::default(),
         client,
         ports,
     });

@@ -68,6 +68,7 @@ pub struct Metrics {
     runner_lifetime: Histogram,
     requests: Family<RequestLabels, Counter>,
     webhooks: Family<WebhookLabels, Counter>,
+    forge: crate::forge::ForgeRequests,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -102,6 +103,12 @@ impl Metrics {
         let runner_lifetime = Histogram::new(exponential_buckets(1.0, 2.0, 14));
         let requests = Family::<RequestLabels, Counter>::default();
         let webhooks = Family::<WebhookLabels, Counter>::default();
+        let forge = crate::forge::ForgeRequests::default();
+        registry.register(
+            "forge_requests",
+            "Requests to forges' APIs (pull requests, comments, statuses), by HTTP method and status code (0: no answer)",
+            forge.clone(),
+        );
         registry.register(
             "webhook_deliveries",
             "Forge webhook deliveries, by event and result (accepted, duplicate, ignored, refused, invalid, standby)",
@@ -154,7 +161,13 @@ impl Metrics {
             runner_lifetime,
             requests,
             webhooks,
+            forge,
         }
+    }
+
+    /// The counter of forge requests, for the forge clients to count into.
+    pub fn forge_requests(&self) -> crate::forge::ForgeRequests {
+        self.forge.clone()
     }
 
     /// Counts a webhook delivery of `event` (the forge's event name, `-` when missing) with
