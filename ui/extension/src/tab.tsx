@@ -1,10 +1,11 @@
 // The Terraform tab: conditions, who planned and who applied, the pending plan as Terraform
-// shows it, outputs, the state lock, the run history, and the approve / re-plan / force-unlock actions, all through Argo
+// shows it, the plans of open pull requests, outputs, the state lock, the run history, and the approve / re-plan / force-unlock actions, all through Argo
 // CD's API as the logged-in user.
 import { ApiError, Application, ResourceRef, getResource, runAction } from "./argocd";
 import { History } from "./history";
 import { Run, applyingPlan, condition, conditions, identities, lock, outputsWritten, pendingPlan, readableNames, runs } from "./model";
 import { PlanView } from "./plan-view";
+import { PullRequests } from "./pulls-view";
 import { ARGO, CELL, HEAD_CELL, TABLE, statusIcon } from "./style";
 import { ago, exact } from "./time";
 
@@ -168,6 +169,7 @@ export function TerraformTab(props: Props) {
       plan.error ? error(`The readable plan could not be read: ${plan.error}`) : null,
       pending && plan.text ? h(PlanView, { text: plan.text }) : null,
     ),
+    h(Panel, { title: "Pull requests" }, h(PullRequests, { app, obj, tree: props.tree })),
     h(
       Panel,
       { title: "Outputs" },

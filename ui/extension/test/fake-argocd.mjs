@@ -31,7 +31,7 @@ function hostPage(react, fixture) {
 <script>
   fetch("/fixture/${fixture}").then((r) => r.json()).then((f) => {
     const tab = window.registered.find((r) => r.group === "infra.argocd.io" && r.kind === "Terraform");
-    window.mountTab(React.createElement(tab.component, { application: ${JSON.stringify(application)}, resource: f.resource, tree: { nodes: [] } }), document.getElementById("root"));
+    window.mountTab(React.createElement(tab.component, { application: ${JSON.stringify(application)}, resource: f.resource, tree: f.tree || { nodes: [] } }), document.getElementById("root"));
   });
 </script></body></html>`;
 }

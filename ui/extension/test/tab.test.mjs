@@ -211,4 +211,27 @@ for (const react of ["16", "19"]) {
     assert.match(await page.textContent(".tfops-error"), /The readable plan could not be read: 404: ConfigMap tfplan-default-vpc-readable not found/);
     await page.close();
   });
+
+  test(`React ${react}: the plans of open pull requests, from the object's ConfigMaps in Argo CD's tree`, async () => {
+    const { page, errors } = await open(react, "pull-requests");
+    await page.waitForSelector(".tfops-pull");
+    const lines = await page.$$eval(".tfops-pull-line", (l) => l.map((e) => e.textContent));
+    assert.deepEqual(lines, [
+      "#3 at 89abcdef0123: plan failed (TFExecPlanFailed): plan: Error: Reference to undeclared input variable",
+      "#12 at 0123456789ab: +1 ~0 -0",
+    ], "by number; another object's ConfigMap (tfops-pr-vpc-peering-4) is not read");
+    assert.equal(await page.getAttribute(".tfops-pull[data-number='3']", "data-failed"), "true");
+    await page.click(".tfops-pull[data-number='12'] summary");
+    assert.match(await page.textContent(".tfops-pull[data-number='12'] .tfops-plan"), /aws_subnet.b will be created/);
+    if (react === "19") await screenshot(page, "pull-requests");
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  test(`React ${react}: an object that plans no pull requests says so`, async () => {
+    const { page } = await open(react, "awaiting-approval");
+    await page.waitForSelector(".tfops-pulls-none");
+    assert.match(await page.textContent(".tfops-pulls-none"), /spec.sourceRef.pullRequests is not set/);
+    await page.close();
+  });
 }
