@@ -7,6 +7,7 @@
 //! [`crate::reconcile::Driver`]. Any operation can be made to fail with [`FakeWorld::fail_next`]
 //! or [`FakeWorld::fail_always`], and every runner command is recorded in [`WorldState::calls`].
 
+mod ops;
 mod ports;
 mod runner;
 
@@ -20,6 +21,7 @@ use crate::reconcile::{
     DependencyState, DependencyView, Driver, DriverError, RunReport, RunnerQueue,
 };
 
+pub use ops::FakeOp;
 pub use runner::FakeSession;
 
 /// A driver crash to simulate ([`FakeWorld::crash_after_next_apply`]).
@@ -37,40 +39,6 @@ pub enum Crash {
 /// The name of the runner of fake session `n` ([`crate::ports::RunnerSession::runner`]).
 pub fn runner_ref(n: usize) -> String {
     format!("fake-runner-{n}")
-}
-
-/// The operations a fault can be injected into.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[allow(missing_docs)] // each is the port method of the same name
-pub enum FakeOp {
-    Resolve,
-    Fetch,
-    Compare,
-    Inputs,
-    Start,
-    Setup,
-    Init,
-    Workspace,
-    Plan,
-    RefreshPlan,
-    Show,
-    Apply,
-    Attach,
-    Output,
-    Inventory,
-    Unlock,
-    Cleanup,
-    SavePlan,
-    DeletePlan,
-    WriteOutputs,
-    DeleteOutputs,
-    WriteConfigMap,
-    DeleteConfigMap,
-    DeleteState,
-    Health,
-    WriteStatus,
-    AddFinalizer,
-    RemoveFinalizer,
 }
 
 /// A runner command as recorded.
@@ -250,13 +218,10 @@ impl FakeWorld {
 
     /// Makes `url` resolve to a new revision holding `resources` (address, value).
     pub fn publish(&self, url: &str, reference: &str, sha: &str, resources: &[(&str, &str)]) {
-        let mut w = self.lock();
-        w.sources.insert(url.into(), (reference.into(), sha.into()));
-        let tree = resources
-            .iter()
-            .map(|(a, v)| (a.to_string(), v.to_string()))
-            .collect();
-        w.trees.insert(sha.into(), tree);
+        // The tree first: the revision is never resolved before it can be fetched.
+        self.commit(sha, resources);
+        let source = (reference.into(), sha.into());
+        self.lock().sources.insert(url.into(), source);
     }
 
     /// Adds commit `sha` holding `resources` (address, value) without moving any branch: a

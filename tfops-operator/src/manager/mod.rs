@@ -73,6 +73,8 @@ pub fn options(
     o.runner_grpc_port = flags.runner_grpc_port;
     o.controller.concurrency = flags.concurrent;
     o.controller.shard = flags.shard.clone();
+    o.pull_requests = Some(tfops_kube::controller::PollNow::default());
+    o.forge_requests = metrics.forge_requests();
     o.controller.observer = Some(Observer(metrics));
     Ok(o)
 }
@@ -192,9 +194,7 @@ pub async fn run_with_runner(
     let mut options = options(&flags, &identity, metrics.clone())?;
     let ready = Arc::new(AtomicBool::new(false));
     let leading = Arc::new(AtomicBool::new(!flags.leader_election));
-    let pulls = tfops_kube::controller::PollNow::default();
-    options.pull_requests = Some(pulls.clone());
-    options.forge_requests = metrics.forge_requests();
+    let pulls = options.pull_requests.clone().unwrap_or_default();
     let webhooks = match webhooks(&flags, &metrics, &leading, &pulls).await? {
         Some((at, poll_now)) => {
             options.controller.poll_now = Some(poll_now);

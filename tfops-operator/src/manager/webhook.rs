@@ -240,6 +240,12 @@ impl Receiver {
                 format!("delivery {delivery} was received before: nothing done again"),
             );
         }
+        self.act(event, body)
+    }
+
+    /// Acts on a signed, new delivery: asks for a poll, or a look at pull requests, of the
+    /// repository it names.
+    fn act(&self, event: &str, body: &[u8]) -> (Verdict, StatusCode, String) {
         let target = match (event, &self.pulls) {
             ("push", _) => &self.poll_now,
             ("pull_request" | "issue_comment", Some(pulls)) => pulls,

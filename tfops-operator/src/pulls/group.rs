@@ -12,7 +12,7 @@ use tfops_core::pulls::{
     self, Forge, PlanAction, PlanRef, PullComment, PullRequest, Touched, Trust,
 };
 
-use super::Shared;
+use super::{Open, Shared};
 use crate::forge::GiteaForge;
 
 /// The objects of one repository whose pull requests are read with one token.
@@ -104,12 +104,6 @@ pub(crate) async fn token(
     let token = String::from_utf8(value.0.clone())
         .map_err(|_| PortError::Invalid(format!("{where_}: not UTF-8")))?;
     Ok(token.trim().to_string())
-}
-
-/// A pull request, the objects it touches, and for each whether its head may be planned.
-pub(crate) struct Open {
-    pub(crate) pull: PullRequest,
-    pub(crate) touched: Vec<(Touched, Trust)>,
 }
 
 /// Looks at the group's open pull requests: removes the plans no longer wanted, starts the

@@ -44,6 +44,12 @@ pub struct PullSettings {
     pub counted: crate::forge::ForgeRequests,
 }
 
+/// A pull request, the objects it touches, and for each whether its head may be planned.
+pub(crate) struct Open {
+    pub(crate) pull: tfops_core::pulls::PullRequest,
+    pub(crate) touched: Vec<(tfops_core::pulls::Touched, tfops_core::pulls::Trust)>,
+}
+
 /// The loop's shared parts.
 pub(crate) struct Shared {
     pub(crate) client: kube::Client,

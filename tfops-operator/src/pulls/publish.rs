@@ -9,8 +9,7 @@ use tfops_core::ports::PortError;
 use tfops_core::pulls::{self, Forge, ObjectPlan, Outcome, PlanRef};
 use tfops_kube::pull_plans::{StoredPullPlan, pull_plan_name};
 
-use super::group::Open;
-use super::{Group, Shared};
+use super::{Group, Open, Shared};
 
 /// What was last sent to the forge: comment bodies by (repository, pull request), statuses by
 /// (repository, sha, context). Lost on restart, which only sends each once more.
