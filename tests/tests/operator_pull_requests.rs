@@ -369,6 +369,8 @@ async fn pull_requests_are_planned_in_one_comment_with_a_status_per_object() {
         "each head planned once"
     );
 
+    superseded_mid_plan(&op, &gitea, pr).await;
+
     // Closed: its plans go, the comment says so.
     gitea
         .call(
@@ -576,4 +578,64 @@ async fn without_webhooks_the_poll_plans_a_pull_request_of_twenty_objects() {
         assert!(body.contains(&format!("**team-a/e{i:02}**")), "{body}");
     }
     assert_eq!(statuses(&gitea, &head).await.len(), OBJECTS + 1);
+}
+
+/// A push while the older head is being planned cancels that plan (its runner Pod removed
+/// mid-way) and plans the new head: the comment and the stored plan move to the new head.
+async fn superseded_mid_plan(op: &Operator, gitea: &Gitea, pr: u64) {
+    let cancelled = "tfops_pull_request_plans_total{result=\"cancelled\"}";
+    let before = op.manager().counter(cancelled).await;
+    // Thirty thousand resources: a plan of about 20 s on this machine.
+    let slow = format!(
+        "{CONFIG}\nresource \"terraform_data\" \"many\" {{\n  count = 30000\n  input = count.index\n}}\n"
+    );
+    let slow_head = gitea
+        .push(
+            &gitea.admin,
+            "infra",
+            "change-a",
+            &[("a/main.tf", &slow)],
+            "a grows a lot",
+        )
+        .await
+        .unwrap();
+    status_where(gitea, &slow_head, "tfops/team-a/a", 60, |s, _| {
+        s == "pending"
+    })
+    .await;
+    let head = gitea
+        .push(
+            &gitea.admin,
+            "infra",
+            "change-a",
+            &[("a/main.tf", &CONFIG.replace("hello", "ciao"))],
+            "a says ciao",
+        )
+        .await
+        .unwrap();
+    let body = comment_where(gitea, pr, 120, |b| {
+        // The namespace's policy denies a's plans now (they create its resource): a plan
+        // made all the same.
+        b.contains(short(&head)) && !b.contains("planning")
+    })
+    .await;
+    assert!(
+        body.contains("ciao") && body.contains("denied by policy"),
+        "{body}"
+    );
+    assert_eq!(
+        op.manager().counter(cancelled).await - before,
+        1.0,
+        "the slow head's plan was cancelled, not finished"
+    );
+    let plan = stored(op, &format!("tfops-pr-a-{pr}")).await.unwrap();
+    assert_eq!(
+        plan.metadata.annotations.unwrap()["infra.argocd.io/head-sha"],
+        head
+    );
+    let statuses = statuses(gitea, &slow_head).await;
+    assert_eq!(
+        statuses["tfops/team-a/a"].0, "pending",
+        "the superseded head's status is left as it was: {statuses:?}"
+    );
 }

@@ -53,8 +53,8 @@ pub struct ClusterOptions {
     /// Plans pull requests ([`crate::pulls`]) when set: at the source poll interval, and when
     /// this asks (the forge's webhooks).
     pub pull_requests: Option<tfops_kube::controller::PollNow>,
-    /// Where forge requests are counted.
-    pub forge_requests: crate::forge::ForgeRequests,
+    /// What the pull-request loop counts.
+    pub pull_metrics: crate::pulls::PullMetrics,
 }
 
 impl ClusterOptions {
@@ -74,7 +74,7 @@ impl ClusterOptions {
             runner_grpc_port: tfops_kube::runner::pod::GRPC_PORT,
             controller: Settings::default(),
             pull_requests: None,
-            forge_requests: crate::forge::ForgeRequests::default(),
+            pull_metrics: crate::pulls::PullMetrics::default(),
         }
     }
 }
@@ -222,7 +222,7 @@ pub async fn run_with_runner(
             shard: c.shard.clone(),
             concurrency: usize::from(c.concurrency).max(1),
             nudge,
-            counted: options.forge_requests.clone(),
+            metrics: options.pull_metrics.clone(),
         };
         tokio::spawn(crate::pulls::run(
             client.clone(),

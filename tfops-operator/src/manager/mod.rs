@@ -74,7 +74,7 @@ pub fn options(
     o.controller.concurrency = flags.concurrent;
     o.controller.shard = flags.shard.clone();
     o.pull_requests = Some(tfops_kube::controller::PollNow::default());
-    o.forge_requests = metrics.forge_requests();
+    o.pull_metrics = metrics.pull_metrics();
     o.controller.observer = Some(Observer(metrics));
     Ok(o)
 }

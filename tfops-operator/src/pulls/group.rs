@@ -63,7 +63,7 @@ impl Group {
         }
         let forge = Arc::new(
             GiteaForge::new(self.repository.clone(), self.token.clone())?
-                .counting(shared.counted.clone()),
+                .counting(shared.metrics.forge_requests.clone()),
         );
         forges.insert(key, forge.clone());
         Ok(forge)

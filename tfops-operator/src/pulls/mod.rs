@@ -27,6 +27,34 @@ use tfops_kube::pull_plans::PullPlans;
 
 pub use group::Group;
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+/// The label of a pull request's plan: `planned`, `failed` (the plan failed: a result the pull
+/// request shows), `cancelled` (a newer head or a close came while it was being made: its
+/// runner Pod removed mid-way), `superseded` (made, but stale by then: not stored).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PlanResult {
+    /// `planned`, `failed`, `cancelled` or `superseded`.
+    pub result: &'static str,
+}
+
+/// What the loop counts, shared with the manager's metrics.
+#[derive(Clone, Debug, Default)]
+pub struct PullMetrics {
+    /// Requests to forges (`tfops_forge_requests_total`).
+    pub forge_requests: crate::forge::ForgeRequests,
+    /// Pull requests' plans by result (`tfops_pull_request_plans_total`).
+    pub plans: Family<PlanResult, Counter>,
+}
+
+impl PullMetrics {
+    pub(crate) fn plan(&self, result: &'static str) {
+        self.plans.get_or_create(&PlanResult { result }).inc();
+    }
+}
+
 /// How the loop runs.
 #[derive(Debug, Clone)]
 pub struct PullSettings {
@@ -40,8 +68,8 @@ pub struct PullSettings {
     pub concurrency: usize,
     /// Where webhooks ask for a repository's pull requests at once.
     pub nudge: PollNow,
-    /// Where requests to the forge are counted.
-    pub counted: crate::forge::ForgeRequests,
+    /// What the loop counts.
+    pub metrics: PullMetrics,
 }
 
 /// A pull request, the objects it touches, and for each whether its head may be planned.
@@ -59,7 +87,7 @@ pub(crate) struct Shared {
     pub(crate) published: publish::Published,
     /// Asks the loop to look at a repository again (a plan ended).
     pub(crate) nudge: PollNow,
-    pub(crate) counted: crate::forge::ForgeRequests,
+    pub(crate) metrics: PullMetrics,
     /// A forge client per repository and token, kept between looks.
     pub(crate) forges: std::sync::Mutex<BTreeMap<(String, String), Arc<crate::forge::GiteaForge>>>,
 }
@@ -71,7 +99,7 @@ pub async fn run(client: kube::Client, ports: Ports, settings: PullSettings) {
         tasks: tasks::Tasks::new(settings.concurrency.max(1)),
         published: publish::Published::default(),
         nudge: settings.nudge.clone(),
-        counted: settings.counted.clone(),
+        metrics: settings.metrics.clone(),
         forges: std::sync::Mutex::default(),
         client,
         ports,

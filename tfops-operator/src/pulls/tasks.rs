@@ -95,13 +95,19 @@ pub(crate) fn start(
         }
         .await;
         let Some(made) = made else {
+            shared.metrics.plan("cancelled");
             tracing::info!(object = %key, pull = pull.number, "a pull request's plan was superseded");
             return;
         };
         // Superseded while it was being stored: not stored.
         if !shared.tasks.is_running(&repository, &plan) {
+            shared.metrics.plan("superseded");
             return;
         }
+        let failed = matches!(made.plan.outcome, tfops_core::pulls::Outcome::Failed { .. });
+        shared
+            .metrics
+            .plan(if failed { "failed" } else { "planned" });
         let stored = shared
             .store
             .save(

@@ -68,7 +68,7 @@ pub struct Metrics {
     runner_lifetime: Histogram,
     requests: Family<RequestLabels, Counter>,
     webhooks: Family<WebhookLabels, Counter>,
-    forge: crate::forge::ForgeRequests,
+    pulls: crate::pulls::PullMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -103,11 +103,16 @@ impl Metrics {
         let runner_lifetime = Histogram::new(exponential_buckets(1.0, 2.0, 14));
         let requests = Family::<RequestLabels, Counter>::default();
         let webhooks = Family::<WebhookLabels, Counter>::default();
-        let forge = crate::forge::ForgeRequests::default();
+        let pulls = crate::pulls::PullMetrics::default();
         registry.register(
             "forge_requests",
             "Requests to forges' APIs (pull requests, comments, statuses), by HTTP method and status code (0: no answer)",
-            forge.clone(),
+            pulls.forge_requests.clone(),
+        );
+        registry.register(
+            "pull_request_plans",
+            "Plans of pull requests by result (planned, failed, cancelled, superseded)",
+            pulls.plans.clone(),
         );
         registry.register(
             "webhook_deliveries",
@@ -161,13 +166,13 @@ impl Metrics {
             runner_lifetime,
             requests,
             webhooks,
-            forge,
+            pulls,
         }
     }
 
-    /// The counter of forge requests, for the forge clients to count into.
-    pub fn forge_requests(&self) -> crate::forge::ForgeRequests {
-        self.forge.clone()
+    /// What the pull-request loop counts into.
+    pub fn pull_metrics(&self) -> crate::pulls::PullMetrics {
+        self.pulls.clone()
     }
 
     /// Counts a webhook delivery of `event` (the forge's event name, `-` when missing) with
