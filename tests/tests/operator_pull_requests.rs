@@ -361,6 +361,7 @@ async fn pull_requests_are_planned_in_one_comment_with_a_status_per_object() {
 
     policy_and_failures(&op, &gitea).await;
     untrusted_until_asked(&gitea).await;
+    from_a_fork(&gitea).await;
     // Every delivery since (pushes, pull requests, comments) made tfops look again; none
     // planned a head it had planned.
     let plan = stored(&op, &format!("tfops-pr-a-{pr}")).await.unwrap();
@@ -638,4 +639,64 @@ async fn superseded_mid_plan(op: &Operator, gitea: &Gitea, pr: u64) {
         statuses["tfops/team-a/a"].0, "pending",
         "the superseded head's status is left as it was: {statuses:?}"
     );
+}
+
+/// A pull request from the reviewer's fork: its author may write to the repository, but a
+/// fork's author is trusted only when listed, so it waits for `/tfops plan <sha>` from the
+/// admin; its head is on no branch of the repository, fetched through `refs/pull/<n>/head`.
+async fn from_a_fork(gitea: &Gitea) {
+    let reviewer = &gitea.reviewer;
+    gitea
+        .call(
+            reviewer,
+            Method::POST,
+            &format!("{}/forks", repo(gitea)),
+            Some(json!({})),
+        )
+        .await
+        .unwrap();
+    let salut = CONFIG.replace("hello", "salut");
+    let head = gitea
+        .push_to(
+            reviewer,
+            &reviewer.login,
+            "infra",
+            "fork-b",
+            &[("b/main.tf", &salut)],
+            "b says salut",
+        )
+        .await
+        .unwrap();
+    let body = json!({"head": format!("{}:fork-b", reviewer.login), "base": "main", "title": "from a fork"});
+    let pull = gitea
+        .call(
+            reviewer,
+            Method::POST,
+            &format!("{}/pulls", repo(gitea)),
+            Some(body),
+        )
+        .await
+        .unwrap();
+    let pr = pull["number"].as_u64().unwrap();
+    let body = comment_where(gitea, pr, 60, |b| b.contains("not planned")).await;
+    assert!(
+        body.contains("from a fork") && body.contains(&head),
+        "{body}"
+    );
+    let path = format!("{}/issues/{pr}/comments", repo(gitea));
+    gitea
+        .call(
+            &gitea.admin,
+            Method::POST,
+            &path,
+            Some(json!({"body": format!("/tfops plan {head}")})),
+        )
+        .await
+        .unwrap();
+    let body = comment_where(gitea, pr, 120, |b| b.contains("✅")).await;
+    assert!(
+        body.contains("**team-a/b**") && body.contains("salut"),
+        "{body}"
+    );
+    status_where(gitea, &head, "tfops/team-a/b", 30, |s, _| s == "success").await;
 }

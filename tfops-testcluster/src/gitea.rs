@@ -356,9 +356,27 @@ impl Gitea {
         files: &[(&str, &str)],
         message: &str,
     ) -> Result<String, GiteaError> {
-        let sha = self.commit_and_push(user, repo, branch, files, message)?;
+        let owner = self.admin.login.clone();
+        self.push_to(user, &owner, repo, branch, files, message)
+            .await
+    }
+
+    /// [`Gitea::push`] to `owner`'s repository `repo` (a fork: `user`'s own).
+    ///
+    /// # Errors
+    /// As [`Gitea::push`].
+    pub async fn push_to(
+        &self,
+        user: &User,
+        owner: &str,
+        repo: &str,
+        branch: &str,
+        files: &[(&str, &str)],
+        message: &str,
+    ) -> Result<String, GiteaError> {
+        let sha = self.commit_and_push(user, owner, repo, branch, files, message)?;
         let start = Instant::now();
-        let path = format!("/repos/{}/{repo}", self.admin.login);
+        let path = format!("/repos/{owner}/{repo}");
         loop {
             let taken = match self
                 .call(&self.admin, reqwest::Method::GET, &path, None)
@@ -394,18 +412,24 @@ impl Gitea {
     fn commit_and_push(
         &self,
         user: &User,
+        owner: &str,
         repo: &str,
         branch: &str,
         files: &[(&str, &str)],
         message: &str,
     ) -> Result<String, GiteaError> {
-        let work = self.dir.path().join("work").join(&user.login).join(repo);
+        let work = self
+            .dir
+            .path()
+            .join("work")
+            .join(&user.login)
+            .join(owner)
+            .join(repo);
         let remote = format!(
-            "http://{}:{}@{}/{}/{repo}.git",
+            "http://{}:{}@{}/{owner}/{repo}.git",
             user.login,
             user.token,
             self.url.trim_start_matches("http://"),
-            self.admin.login
         );
         let git = |args: &[&str]| {
             let mut c = Command::new("git");
