@@ -218,11 +218,11 @@ pub async fn run_with_runner(
         let c = &options.controller;
         let settings = crate::pulls::PullSettings {
             interval: c.source_poll_interval,
-            namespaces: c.namespaces.clone(),
             shard: c.shard.clone(),
             concurrency: usize::from(c.concurrency).max(1),
             nudge,
             metrics: options.pull_metrics.clone(),
+            stores: c.stores.clone(),
         };
         tokio::spawn(crate::pulls::run(
             client.clone(),

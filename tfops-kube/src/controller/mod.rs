@@ -99,6 +99,61 @@ pub struct Settings {
     /// Asks for a poll of some repositories' sources at once (a forge's push webhook); the
     /// poller runs for it even when it does not poll on its own.
     pub poll_now: Option<PollNow>,
+    /// Where the controller shares its caches of `Terraform` objects (one per watched scope)
+    /// once it runs, for other loops of the process to read instead of listing.
+    pub stores: SharedStores,
+}
+
+/// The controller's caches of `Terraform` objects, set once it runs.
+#[derive(Clone, Default)]
+pub struct SharedStores(
+    Arc<(
+        std::sync::OnceLock<Vec<Store<Terraform>>>,
+        tokio::sync::Notify,
+    )>,
+);
+
+impl std::fmt::Debug for SharedStores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedStores")
+            .field("set", &self.0.0.get().is_some())
+            .finish()
+    }
+}
+
+impl SharedStores {
+    fn set(&self, stores: Vec<Store<Terraform>>) {
+        let (set, notify) = &*self.0;
+        // A second run of the controller in one process keeps the first caches' handle.
+        let _ = set.set(stores);
+        notify.notify_waiters();
+    }
+
+    /// The caches, once the controller runs and each has been filled by its first list.
+    pub async fn ready(&self) -> Vec<Store<Terraform>> {
+        let (set, notify) = &*self.0;
+        let stores = loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so that a set in between is not missed.
+            notified.as_mut().enable();
+            if let Some(stores) = set.get() {
+                break stores.clone();
+            }
+            notified.await;
+        };
+        for store in &stores {
+            // A store's readiness wakes one waiter only (kube-runtime keeps one waker), and the
+            // controller waits on it too: looked at again each second rather than waited on
+            // once. An error means the writer is gone (the controller stopped): the cache is
+            // what there is.
+            while let Err(_elapsed) =
+                tokio::time::timeout(Duration::from_secs(1), store.wait_until_ready()).await
+            {
+            }
+        }
+        stores
+    }
 }
 
 impl Default for Settings {
@@ -111,6 +166,7 @@ impl Default for Settings {
             shard: Shard::Default,
             source_poll_interval: Some(DEFAULT_SOURCE_POLL_INTERVAL),
             poll_now: None,
+            stores: SharedStores::default(),
         }
     }
 }
@@ -410,6 +466,7 @@ pub async fn run(
         .map(|(api, quotas)| (api, quotas, reflector::store(), reflector::store()))
         .collect();
     let stores: Vec<Store<Terraform>> = scoped.iter().map(|(_, _, (r, _), _)| r.clone()).collect();
+    settings.stores.set(stores.clone());
     let quota_stores = scoped.iter().map(|(_, _, _, (r, _))| r.clone()).collect();
     let queues = Arc::new(RunnerQueues::new(stores.clone(), quota_stores));
     let (wakers, woken): (Vec<_>, Vec<_>) = scoped

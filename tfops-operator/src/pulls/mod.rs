@@ -17,10 +17,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, ListParams};
+use kube::ResourceExt;
 use tfops_core::api::{ForgeRepository, TerraformObject};
 use tfops_core::ports::{PortError, Ports};
-use tfops_kube::Terraform;
 use tfops_kube::controller::PollNow;
 use tfops_kube::controller::shard::Shard;
 use tfops_kube::pull_plans::PullPlans;
@@ -60,8 +59,6 @@ impl PullMetrics {
 pub struct PullSettings {
     /// How often open pull requests are listed (`None`: only when a webhook asks).
     pub interval: Option<Duration>,
-    /// The namespaces watched (all when empty).
-    pub namespaces: Vec<String>,
     /// The shard whose objects this manager plans.
     pub shard: Shard,
     /// Plans made at once, across pull requests.
@@ -70,6 +67,8 @@ pub struct PullSettings {
     pub nudge: PollNow,
     /// What the loop counts.
     pub metrics: PullMetrics,
+    /// The controller's caches of `Terraform` objects.
+    pub stores: tfops_kube::controller::SharedStores,
 }
 
 /// A pull request, the objects it touches, and for each whether its head may be planned.
@@ -115,9 +114,7 @@ pub async fn run(client: kube::Client, ports: Ports, settings: PullSettings) {
                 }
             } => None,
         };
-        if let Err(e) = pass(&shared, &settings, only.as_ref()).await {
-            tracing::warn!(error = %e, "listing the pull requests to plan");
-        }
+        pass(&shared, &settings, only.as_ref()).await;
     }
 }
 
@@ -127,63 +124,54 @@ async fn pass(
     shared: &Arc<Shared>,
     settings: &PullSettings,
     only: Option<&std::collections::BTreeSet<String>>,
-) -> Result<(), PortError> {
-    let objects = objects(&shared.client, settings).await?;
-    for group in groups(shared, objects).await {
-        if only.is_some_and(|ids| !ids.contains(&group.id)) {
-            continue;
-        }
+) {
+    let objects = objects(settings).await;
+    for group in groups(shared, objects, only).await {
         if let Err(e) = group::look(shared, &group).await {
             tracing::warn!(repository = %group.id, error = %e, "planning pull requests");
         }
     }
-    Ok(())
 }
 
-/// The objects of this shard that plan pull requests.
-async fn objects(
-    client: &kube::Client,
-    settings: &PullSettings,
-) -> Result<Vec<TerraformObject>, PortError> {
-    let apis: Vec<Api<Terraform>> = if settings.namespaces.is_empty() {
-        vec![Api::all(client.clone())]
-    } else {
-        settings
-            .namespaces
-            .iter()
-            .map(|n| Api::namespaced(client.clone(), n))
-            .collect()
-    };
+/// The objects of this shard that plan pull requests, from the controller's caches (no
+/// request to the API server).
+async fn objects(settings: &PullSettings) -> Vec<TerraformObject> {
     let mut out = Vec::new();
-    for api in apis {
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| tfops_kube::error::port_error("listing Terraform objects", e))?;
+    for store in settings.stores.ready().await {
         out.extend(
-            list.items
-                .into_iter()
-                .filter(|t| {
-                    let labels = t.metadata.labels.clone().unwrap_or_default();
-                    settings.shard.owns(&labels)
-                })
+            store
+                .state()
+                .iter()
+                .filter(|t| settings.shard.owns(t.labels()))
                 .filter(|t| t.spec.source_ref.pull_requests.is_some())
                 .map(|t| t.to_object()),
         );
     }
-    Ok(out)
+    out
 }
 
 /// The objects grouped by repository and token: each group is one forge client, and one
 /// comment per pull request. An object whose token cannot be read is left out, with a
 /// warning.
-async fn groups(shared: &Arc<Shared>, objects: Vec<TerraformObject>) -> Vec<Group> {
+async fn groups(
+    shared: &Arc<Shared>,
+    objects: Vec<TerraformObject>,
+    only: Option<&std::collections::BTreeSet<String>>,
+) -> Vec<Group> {
     let mut by: BTreeMap<(String, String), Group> = BTreeMap::new();
+    // Each Secret read once per pass, however many objects name it.
+    let mut tokens: BTreeMap<(String, String, String), Result<String, PortError>> = BTreeMap::new();
     for object in objects {
         let source = &object.spec.source_ref;
         let Some(pulls) = &source.pull_requests else {
             continue;
         };
+        let Some(id) = tfops_core::source::repository_id(&source.url) else {
+            continue;
+        };
+        if only.is_some_and(|ids| !ids.contains(&id)) {
+            continue;
+        }
         let repository: ForgeRepository = match pulls.repository(&source.url) {
             Ok(r) => r,
             Err(e) => {
@@ -191,15 +179,26 @@ async fn groups(shared: &Arc<Shared>, objects: Vec<TerraformObject>) -> Vec<Grou
                 continue;
             }
         };
-        let token = match group::token(&shared.client, &object).await {
+        let secret = &pulls.token_secret_ref;
+        let at = (
+            object.metadata.namespace.clone(),
+            secret.name.clone(),
+            secret.key.clone(),
+        );
+        let read = match tokens.get(&at) {
+            Some(read) => read.clone(),
+            None => {
+                let read = group::token(&shared.client, &object).await;
+                tokens.insert(at, read.clone());
+                read
+            }
+        };
+        let token = match read {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!(object = %object.key(), error = %e, "reading the forge token");
                 continue;
             }
-        };
-        let Some(id) = tfops_core::source::repository_id(&source.url) else {
-            continue;
         };
         let digest = tfops_core::digest::sha256_hex(token.as_bytes());
         by.entry((id.clone(), digest))
