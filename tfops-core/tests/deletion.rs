@@ -137,6 +137,7 @@ async fn a_destroy_plan_recorded_as_something_else_never_releases_the_object() {
         started_at: now,
         queue: Default::default(),
         source_revision: None,
+        pull_approvals: Vec::new(),
     });
     assert!(
         !matches!(decision.step, Step::RemoveFinalizer),

@@ -796,6 +796,7 @@ fn check_replay(
             started_at: now0,
             queue: Default::default(),
             source_revision: source_revision.map(str::to_string),
+            pull_approvals: Vec::new(),
         };
         let first = decide(&snapshot);
         prop_assert_eq!(

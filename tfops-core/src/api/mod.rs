@@ -22,7 +22,7 @@ pub use outputs::{
     HealthCheck, HealthCheckType, TemplateError, WriteOutputsToConfigMap, WriteOutputsToSecret,
     render_template, template_references,
 };
-pub use pulls::{ForgeKind, ForgeRepository, PullRequests, TokenSecretRef};
+pub use pulls::{Approvers, ForgeKind, ForgeRepository, PullRequests, TokenSecretRef};
 pub use runner::{
     ApplyPodTemplate, ApplyPodTemplateSpec, ApplyRunnerSpec, Binary, EnvVar, KubeValue,
     PodMetadata, PodTemplate, PodTemplateSpec, RunnerRole, RunnerSpec,

@@ -31,6 +31,43 @@ pub struct PullRequests {
     /// <commit>` naming its head (a later push needs a new comment).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trusted_authors: Vec<String>,
+    /// Who may approve this object's plans on a pull request. An approving review of one of
+    /// them (not the author), given on the head that was planned and neither stale nor
+    /// dismissed, approves that plan's content: after the merge, the object's plan at the
+    /// merge commit is applied without another approval when it does exactly the same.
+    /// Default (empty): approvals on pull requests count for nothing.
+    #[serde(default, skip_serializing_if = "Approvers::is_empty")]
+    pub approvers: Approvers,
+}
+
+/// Forge users and teams whose approving reviews count.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Approvers {
+    /// Forge logins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+    /// Teams, as `<organisation>/<team>`: their members, as the forge says when the review is
+    /// read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub teams: Vec<String>,
+}
+
+impl Approvers {
+    /// No one.
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty() && self.teams.is_empty()
+    }
+
+    /// The teams as (organisation, team); a name without `/` is left out (validation refuses
+    /// it).
+    pub fn team_names(&self) -> Vec<(&str, &str)> {
+        self.teams
+            .iter()
+            .filter_map(|t| t.split_once('/'))
+            .filter(|(o, t)| !o.is_empty() && !t.is_empty())
+            .collect()
+    }
 }
 
 /// A Secret in the object's namespace, and the key of it holding a token.
@@ -162,6 +199,25 @@ pub(super) fn problems(source_url: &str, pulls: &PullRequests) -> Vec<(String, S
             ));
         }
     }
+    for (i, login) in pulls.approvers.users.iter().enumerate() {
+        if login.trim().is_empty() || login.contains(char::is_whitespace) {
+            found.push((
+                field(&format!("approvers.users[{i}]")),
+                "must be a forge login (no spaces)".into(),
+            ));
+        }
+    }
+    for (i, team) in pulls.approvers.teams.iter().enumerate() {
+        let well_formed = team
+            .split_once('/')
+            .is_some_and(|(o, t)| !o.is_empty() && !t.is_empty() && !t.contains('/'));
+        if !well_formed || team.contains(char::is_whitespace) {
+            found.push((
+                field(&format!("approvers.teams[{i}]")),
+                "must be <organisation>/<team>".into(),
+            ));
+        }
+    }
     found
 }
 
@@ -179,6 +235,7 @@ mod tests {
                 key: "token".into(),
             },
             trusted_authors: vec![],
+            approvers: Approvers::default(),
         }
     }
 

@@ -157,6 +157,15 @@ pub struct PlanStatus {
     /// The SHA-256 of what the last applied plan did.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_applied_digest: String,
+    /// The approvals given on pull requests that were taken up to apply a plan
+    /// (`<number>@<digest>`, newest last): an approved content is applied at most once.
+    /// Recorded before the apply starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub used_pull_approvals: Vec<String>,
+    /// The approvals given on pull requests that a run has looked at (`<number>@<digest>`):
+    /// one not looked at yet that approves the pending plan's content starts a run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seen_pull_approvals: Vec<String>,
 }
 
 impl TerraformStatus {

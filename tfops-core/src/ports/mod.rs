@@ -5,12 +5,14 @@
 //! fake of each. Every method reports failure as a [`PortError`], whose variant (not its text)
 //! decides the condition reason a user sees.
 
+mod approvals;
 mod effects;
 mod inputs;
 mod runner;
 mod source;
 mod stores;
 
+pub use approvals::PullApproval;
 pub use effects::{
     Clock, Event, EventSink, EventType, HealthChecker, ObjectWriter, PolicySource,
     ResolvedHealthCheck, SystemClock,

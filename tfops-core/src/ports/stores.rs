@@ -58,6 +58,15 @@ pub trait PlanStore: Send + Sync {
     ) -> Result<Option<StoredPlan>, PortError>;
     /// Removes the object's stored plan; succeeds when there is none.
     async fn delete(&self, object: &ObjectKey, workspace: &str) -> Result<(), PortError>;
+    /// The approvals recorded on the object's merged pull requests (none where pull requests
+    /// are not planned: the default).
+    async fn pull_request_approvals(
+        &self,
+        object: &ObjectKey,
+    ) -> Result<Vec<super::PullApproval>, PortError> {
+        let _ = object;
+        Ok(Vec::new())
+    }
 }
 
 /// The outputs `target` selects, under their Secret keys (`tf_name:key` renames; no selection

@@ -7,6 +7,7 @@
 //! never applied, and shown to reviewers. The object's own status and pending plan are not
 //! touched by it.
 
+mod approvals;
 mod comment;
 mod forge;
 mod plans;
@@ -14,6 +15,7 @@ mod speculative;
 mod statuses;
 mod trust;
 
+pub use approvals::{PullApproval, Review, ReviewState, approving};
 pub use comment::{COMMENT_BUDGET, MARKER, closed, comment};
 pub use forge::Forge;
 pub use plans::{PlanAction, PlanRef, plans_to_make};

@@ -13,6 +13,20 @@ use super::plan::Planned;
 use super::run::{End, Run, Stop};
 use crate::api::{ApprovePlan, ValidSpec, annotations};
 use crate::conditions::{ConditionStatus, ConditionType, Reason};
+use crate::ports::PullApproval;
+
+/// How a plan that may be applied was approved.
+pub(super) struct Given {
+    /// In words, for the status while it is applied.
+    pub(super) how: String,
+    /// The approval given on a pull request that approved it ([`PullApproval::key`]): used
+    /// once the apply starts, never again.
+    pub(super) pull: Option<String>,
+}
+
+/// The most approvals given on pull requests kept as used or seen: far more than are ever
+/// recorded for one object at once (each merged pull request's record goes once reported).
+const KEPT_PULL_APPROVALS: usize = 64;
 
 /// Goes on only when the plan may be applied, giving how it was approved (for the status
 /// while it is applied); otherwise ends the run waiting for a human.
@@ -21,9 +35,21 @@ pub(super) fn approval(
     valid: &ValidSpec,
     plan_id: &str,
     planned: &Planned<'_>,
-) -> Result<String, Stop> {
+) -> Result<Given, Stop> {
+    // Every approval recorded on a pull request has been looked at by this run: one that
+    // arrives later starts a run of its own ([`pull_approved_pending`]).
+    let seen: Vec<String> = run.s.pull_approvals.iter().map(PullApproval::key).collect();
+    for key in seen {
+        remember(&mut run.st.plan.seen_pull_approvals, key);
+    }
     let (status, message) = match judge(run, valid, plan_id, planned) {
-        Approval::Approved(how) => return Ok(how),
+        Approval::Approved(how) => return Ok(Given { how, pull: None }),
+        Approval::Pull(approval) => {
+            return Ok(Given {
+                how: format!("approved in {}", approval.by()),
+                pull: Some(approval.key()),
+            });
+        }
         // Planning is all that was asked: done, not waiting.
         Approval::PlanOnly => (
             ConditionStatus::True,
@@ -84,9 +110,51 @@ pub(super) fn applying(run: &mut Run<'_>, planned: &Planned<'_>, how: &str) {
     );
 }
 
-enum Approval {
+/// Adds `key` to a bounded list of approval keys (oldest dropped first).
+fn remember(list: &mut Vec<String>, key: String) {
+    if !list.contains(&key) {
+        list.push(key);
+    }
+    let over = list.len().saturating_sub(KEPT_PULL_APPROVALS);
+    list.drain(..over);
+}
+
+/// Records the approval given on a pull request `key` as used: the status written before the
+/// apply starts holds it, so that content is never applied with it again.
+pub(super) fn use_pull_approval(run: &mut Run<'_>, key: &str) {
+    remember(&mut run.st.plan.used_pull_approvals, key.to_string());
+}
+
+/// The approvals recorded on the object's merged pull requests that were not used yet.
+fn unused<'a>(run: &Run<'a>) -> Vec<&'a PullApproval> {
+    let used = &run.start().plan.used_pull_approvals;
+    run.s
+        .pull_approvals
+        .iter()
+        .filter(|a| !a.reviewers.is_empty() && !a.digest.is_empty())
+        .filter(|a| !used.contains(&a.key()))
+        .collect()
+}
+
+/// Whether an approval recorded on a merged pull request, not used and not yet looked at by
+/// a run, approves the content of the plan pending now: a run is due for it.
+pub(super) fn pull_approved_pending(s: &crate::reconcile::Snapshot) -> bool {
+    let plan = &s.object.status.plan;
+    !plan.pending_digest.is_empty()
+        && s.pull_approvals.iter().any(|a| {
+            let key = a.key();
+            a.digest == plan.pending_digest
+                && !a.reviewers.is_empty()
+                && !plan.used_pull_approvals.contains(&key)
+                && !plan.seen_pull_approvals.contains(&key)
+        })
+}
+
+enum Approval<'a> {
     /// How: "approved with …", for the status while it is applied.
     Approved(String),
+    /// Approved on a merged pull request, for exactly this content.
+    Pull(&'a PullApproval),
     Waiting(String),
     PlanOnly,
 }
@@ -98,7 +166,12 @@ enum Approval {
 /// [`crate::api::annotations`]). An approved plan whose re-made content differs is not applied:
 /// it becomes the new pending plan ([`super::plan::record_pending`] has recorded the approvals
 /// as seen).
-fn judge(run: &Run<'_>, valid: &ValidSpec, plan_id: &str, planned: &Planned<'_>) -> Approval {
+fn judge<'a>(
+    run: &Run<'a>,
+    valid: &ValidSpec,
+    plan_id: &str,
+    planned: &Planned<'_>,
+) -> Approval<'a> {
     let object = &run.s.object;
     let spec = &object.spec;
     if spec.plan_only {
@@ -126,6 +199,21 @@ fn judge(run: &Run<'_>, valid: &ValidSpec, plan_id: &str, planned: &Planned<'_>)
             planned.summary
         ));
     }
+    // An approval given on a merged pull request approves the content its reviewers read:
+    // this plan is applied with it only when it does exactly that.
+    let unused = unused(run);
+    if let Some(approval) = unused.iter().find(|a| a.digest == planned.digest) {
+        return Approval::Pull(approval);
+    }
+    if let Some(approval) = unused.last() {
+        return Approval::Waiting(format!(
+            "{} differs from the plan approved in {} ({} at {}): nothing was applied; {how}",
+            planned.label,
+            approval.by(),
+            approval.summary,
+            short(&approval.head_sha)
+        ));
+    }
     let annotation = object.annotation(annotations::APPROVE);
     let names_it = annotation.is_some_and(|v| annotations::approved_plan_id(v) == plan_id)
         || matches!(&valid.approve, ApprovePlan::Plan(id) if id == plan_id);
@@ -151,6 +239,11 @@ fn judge(run: &Run<'_>, valid: &ValidSpec, plan_id: &str, planned: &Planned<'_>)
         )),
         None => Approval::Waiting(format!("{} awaits approval: {how}", planned.label)),
     }
+}
+
+/// A commit id's first 10 characters.
+fn short(sha: &str) -> &str {
+    sha.get(..10).unwrap_or(sha)
 }
 
 /// How a human approved `plan_id` since it became pending, when they did: `spec.approvePlan`

@@ -115,6 +115,7 @@ impl Driver {
         source_revision: Option<String>,
     ) -> Result<RunReport, DriverError> {
         let now = self.ports.clock.now();
+        let pull_approvals = self.pull_approvals(&object).await;
         let snapshot = Snapshot {
             object,
             dependencies,
@@ -124,6 +125,7 @@ impl Driver {
             started_at: now,
             queue,
             source_revision,
+            pull_approvals,
         };
         self.run(snapshot).await
     }
@@ -142,6 +144,22 @@ impl Driver {
     ) -> Result<RunReport, DriverError> {
         self.reconcile_polled(object, dependencies, dependants, queue, None)
             .await
+    }
+
+    /// The approvals of the object's merged pull requests, when it plans pull requests. One
+    /// that cannot be read is as none: the plan then waits for an approval given otherwise.
+    async fn pull_approvals(&self, object: &TerraformObject) -> Vec<crate::ports::PullApproval> {
+        if object.spec.source_ref.pull_requests.is_none() {
+            return Vec::new();
+        }
+        let key = object.key();
+        match self.ports.plans.pull_request_approvals(&key).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(object = %key, error = %e, "reading the approvals given on pull requests");
+                Vec::new()
+            }
+        }
     }
 
     /// Runs the steps from `snapshot` until the decision is `Done`.

@@ -93,8 +93,8 @@ fn steps(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> {
             match plan::plan(run, &revision, &plan_id, drift)? {
                 None => plan::no_changes(run, &revision, Some(inputs))?,
                 Some(planned) => {
-                    let how = approval::approval(run, valid, &plan_id, &planned)?;
-                    apply::apply(run, &revision, inputs, &plan_id, planned, drift, &how)?
+                    let given = approval::approval(run, valid, &plan_id, &planned)?;
+                    apply::apply(run, &revision, inputs, &plan_id, planned, drift, &given)?
                 }
             }
         }

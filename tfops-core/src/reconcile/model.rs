@@ -33,6 +33,10 @@ pub struct Snapshot {
     /// ([`super::Trigger::NewRevision`]), which ends before starting a runner when the
     /// revision changed nothing of the object's.
     pub source_revision: Option<String>,
+    /// The approvals recorded on the object's merged pull requests
+    /// ([`crate::ports::PlanStore::pull_request_approvals`]): a plan whose content one of them
+    /// approved, and that was not applied with it before, is applied without another approval.
+    pub pull_approvals: Vec<crate::ports::PullApproval>,
 }
 
 /// A dependency as found.

@@ -282,6 +282,9 @@ impl<'a> Run<'a> {
         self.st.plan = PlanStatus {
             last_applied: plan.last_applied,
             last_applied_digest: plan.last_applied_digest,
+            // What approvals given on pull requests were used or looked at outlives any plan.
+            used_pull_approvals: plan.used_pull_approvals,
+            seen_pull_approvals: plan.seen_pull_approvals,
             ..Default::default()
         };
     }

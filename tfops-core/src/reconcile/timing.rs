@@ -34,6 +34,9 @@ pub enum Trigger {
     /// only looks at the source, and ends there when the revision changed nothing of the
     /// object's (no runner Pod, and the interval's clock is not reset).
     NewRevision,
+    /// An approval recorded on a merged pull request approves the content of the pending
+    /// plan, and no run has looked at it yet.
+    ApprovedInPullRequest,
 }
 
 impl Trigger {
@@ -48,6 +51,7 @@ impl Trigger {
                 | Trigger::ReplanRequested
                 | Trigger::Resume
                 | Trigger::NewRevision
+                | Trigger::ApprovedInPullRequest
         )
     }
 }

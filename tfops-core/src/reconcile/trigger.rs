@@ -77,6 +77,10 @@ fn due_at_start(
     if s.object.status.active_run.is_some() || resumed || left_applying {
         return None;
     }
+    // An approval on a merged pull request of what is pending: as a person's approval here.
+    if s.object.status.reconciliation_failures == 0 && super::approval::pull_approved_pending(s) {
+        return Some(Ok(timing::Trigger::ApprovedInPullRequest));
+    }
     let polled = s.source_revision.as_deref();
     Some(timing::due(
         &s.object,

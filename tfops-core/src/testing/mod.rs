@@ -118,6 +118,8 @@ pub struct WorldState {
     pub status_writes: usize,
     /// `TerraformPolicy` objects.
     pub policies: Vec<crate::policy::TerraformPolicy>,
+    /// The approvals recorded on each object's merged pull requests.
+    pub pull_approvals: BTreeMap<ObjectKey, Vec<crate::ports::PullApproval>>,
     /// Runner sessions store plans and write outputs themselves, as runner Pods do (through
     /// this world's plan store and outputs sink, with the same faults).
     pub runner_writes: bool,

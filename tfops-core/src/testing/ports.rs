@@ -198,6 +198,18 @@ impl PlanStore for FakeWorld {
             .remove(&(object.clone(), workspace.to_string()));
         Ok(())
     }
+
+    async fn pull_request_approvals(
+        &self,
+        object: &ObjectKey,
+    ) -> Result<Vec<crate::ports::PullApproval>, PortError> {
+        Ok(self
+            .lock()
+            .pull_approvals
+            .get(object)
+            .cloned()
+            .unwrap_or_default())
+    }
 }
 
 #[async_trait]

@@ -23,6 +23,9 @@ pub struct FakeSession {
     role: RunnerRole,
     desired: Option<BTreeMap<String, String>>,
     planned: Option<BTreeMap<String, String>>,
+    /// What the last plan would make of the infrastructure (a speculative one included), for
+    /// `show`.
+    shown_target: Option<BTreeMap<String, String>>,
     /// The last plan's file and rendered forms, for [`RunnerSession::save_plan`].
     last_plan: Option<(Vec<u8>, ShownPlan)>,
 }
@@ -41,6 +44,7 @@ impl FakeSession {
             role,
             desired: None,
             planned: None,
+            shown_target: None,
             last_plan: None,
         }
     }
@@ -196,6 +200,7 @@ impl RunnerSession for FakeSession {
         let plan_file =
             serde_json::to_vec(&target).map_err(|e| PortError::Invalid(e.to_string()))?;
         // As the runner does: a speculative plan is never applied.
+        self.shown_target = Some(target.clone());
         self.planned = (request.kind != PlanKind::Speculative).then_some(target);
         self.last_plan = Some((plan_file.clone(), ShownPlan::default()));
         Ok(PlanResult {
@@ -208,7 +213,7 @@ impl RunnerSession for FakeSession {
 
     async fn show(&mut self) -> Result<ShownPlan, PortError> {
         self.call(FakeOp::Show)?;
-        let planned = self.planned.clone().unwrap_or_default();
+        let planned = self.shown_target.clone().unwrap_or_default();
         let real = self
             .world
             .lock()

@@ -11,6 +11,7 @@ mod identity;
 
 pub(super) use identity::{Verified, changed_message, hand_over};
 
+use super::approval::Given;
 use super::model::{Step, StepKind};
 use super::plan::{Planned, no_changes, plan_kind, record_pending};
 use super::run::{Done, End, Run, Stop};
@@ -18,8 +19,8 @@ use crate::api::{ActiveRun, ApprovePlan, PolicyViolation};
 use crate::conditions::{ConditionStatus, ConditionType, Reason};
 use crate::ports::{PlanSummary, Revision};
 
-/// Applies `planned`, which may be applied (`how`: approved by whom, for the status while it
-/// is applied), through the runner that applies: when that runner's plan does the same, it is
+/// Applies `planned`, which may be applied (`given`: approved by whom, for the status while
+/// it is applied, and the approval given on a pull request it uses), through the runner that applies: when that runner's plan does the same, it is
 /// applied and recorded; when nothing is left to change, that is recorded as no changes; when
 /// it does something else, nothing is applied and that plan is pending instead.
 pub(super) fn apply<'a>(
@@ -29,21 +30,32 @@ pub(super) fn apply<'a>(
     plan_id: &str,
     planned: Planned<'a>,
     drift: bool,
-    how: &str,
+    given: &Given,
 ) -> Result<Done, Stop> {
     let kind = plan_kind(run);
     super::window::window(run, &planned.label)?;
-    super::approval::applying(run, &planned, how);
+    super::approval::applying(run, &planned, &given.how);
     match hand_over(run, kind, plan_id, planned, inputs, drift)? {
         Verified::Same { planned, inputs } => {
             let destroy = run.s.object.spec.destroy;
             let what = applying(plan_id, planned.digest, revision, inputs, destroy);
+            // Used in the status written before the apply starts: whatever comes of it, that
+            // approval never applies anything again.
+            if let Some(key) = &given.pull {
+                super::approval::use_pull_approval(run, key);
+            }
             need_apply(run, what.clone())?;
-            record_applied(run, &what, format!("applied {}", planned.label))?;
+            // Who approved it, where that was not the object's own setting.
+            let by = given
+                .pull
+                .as_ref()
+                .map(|_| format!(", {}", given.how))
+                .unwrap_or_default();
+            record_applied(run, &what, format!("applied {}{by}", planned.label))?;
             let summary = planned.summary;
             Ok(Done {
                 reason: Reason::TerraformAppliedSucceed,
-                message: format!("applied plan {plan_id} ({summary}) at {revision}"),
+                message: format!("applied plan {plan_id} ({summary}) at {revision}{by}"),
             })
         }
         Verified::Nothing => no_changes(run, revision, None),
