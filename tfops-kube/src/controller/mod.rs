@@ -11,6 +11,7 @@ mod poll;
 mod queue;
 pub mod shard;
 mod state_size;
+mod stores;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +36,7 @@ pub use poll::PollNow;
 use poll::SourcePoller;
 use queue::RunnerQueues;
 use shard::Shard;
+pub use stores::SharedStores;
 
 /// Why a reconcile did not finish; it is retried after [`Settings::error_requeue`].
 #[derive(Debug, thiserror::Error)]
@@ -102,58 +104,6 @@ pub struct Settings {
     /// Where the controller shares its caches of `Terraform` objects (one per watched scope)
     /// once it runs, for other loops of the process to read instead of listing.
     pub stores: SharedStores,
-}
-
-/// The controller's caches of `Terraform` objects, set once it runs.
-#[derive(Clone, Default)]
-pub struct SharedStores(
-    Arc<(
-        std::sync::OnceLock<Vec<Store<Terraform>>>,
-        tokio::sync::Notify,
-    )>,
-);
-
-impl std::fmt::Debug for SharedStores {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedStores")
-            .field("set", &self.0.0.get().is_some())
-            .finish()
-    }
-}
-
-impl SharedStores {
-    fn set(&self, stores: Vec<Store<Terraform>>) {
-        let (set, notify) = &*self.0;
-        // A second run of the controller in one process keeps the first caches' handle.
-        let _ = set.set(stores);
-        notify.notify_waiters();
-    }
-
-    /// The caches, once the controller runs and each has been filled by its first list.
-    pub async fn ready(&self) -> Vec<Store<Terraform>> {
-        let (set, notify) = &*self.0;
-        let stores = loop {
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            // Registered before looking, so that a set in between is not missed.
-            notified.as_mut().enable();
-            if let Some(stores) = set.get() {
-                break stores.clone();
-            }
-            notified.await;
-        };
-        for store in &stores {
-            // A store's readiness wakes one waiter only (kube-runtime keeps one waker), and the
-            // controller waits on it too: looked at again each second rather than waited on
-            // once. An error means the writer is gone (the controller stopped): the cache is
-            // what there is.
-            while let Err(_elapsed) =
-                tokio::time::timeout(Duration::from_secs(1), store.wait_until_ready()).await
-            {
-            }
-        }
-        stores
-    }
 }
 
 impl Default for Settings {
@@ -451,6 +401,27 @@ fn controller(
         .graceful_shutdown_on(shutdown)
 }
 
+/// The source poller, started when it polls on its own or a webhook can ask it to.
+fn start_poller(
+    ports: &Ports,
+    stores: &[Store<Terraform>],
+    wakers: Vec<futures::channel::mpsc::UnboundedSender<Terraform>>,
+    settings: &Settings,
+) -> Option<(Arc<SourcePoller>, tokio::task::JoinHandle<()>)> {
+    let every = settings
+        .source_poll_interval
+        .filter(|every| !every.is_zero());
+    (every.is_some() || settings.poll_now.is_some()).then(|| {
+        let poller = Arc::new(SourcePoller::new(
+            ports.source.clone(),
+            stores.to_vec(),
+            wakers,
+        ));
+        let now = settings.poll_now.clone().unwrap_or_default();
+        (poller.clone(), tokio::spawn(poller.run(every, now)))
+    })
+}
+
 /// Runs the controller until `shutdown` resolves (reconciles under way finish first).
 pub async fn run(
     client: kube::Client,
@@ -465,26 +436,16 @@ pub async fn run(
         .into_iter()
         .map(|(api, quotas)| (api, quotas, reflector::store(), reflector::store()))
         .collect();
-    let stores: Vec<Store<Terraform>> = scoped.iter().map(|(_, _, (r, _), _)| r.clone()).collect();
-    settings.stores.set(stores.clone());
+    let stores = settings
+        .stores
+        .set(scoped.iter().map(|(_, _, (r, _), _)| r.clone()).collect());
     let quota_stores = scoped.iter().map(|(_, _, _, (r, _))| r.clone()).collect();
     let queues = Arc::new(RunnerQueues::new(stores.clone(), quota_stores));
     let (wakers, woken): (Vec<_>, Vec<_>) = scoped
         .iter()
         .map(|_| futures::channel::mpsc::unbounded::<Terraform>())
         .unzip();
-    let every = settings
-        .source_poll_interval
-        .filter(|every| !every.is_zero());
-    let poller = (every.is_some() || settings.poll_now.is_some()).then(|| {
-        let poller = Arc::new(SourcePoller::new(
-            ports.source.clone(),
-            stores.clone(),
-            wakers,
-        ));
-        let now = settings.poll_now.clone().unwrap_or_default();
-        (poller.clone(), tokio::spawn(poller.run(every, now)))
-    });
+    let poller = start_poller(&ports, &stores, wakers, &settings);
     let controllers: Vec<Controller<Terraform>> = scoped
         .into_iter()
         .zip(woken)
