@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams};
 use tfops_core::api::{ObjectKey, TerraformObject};
 use tfops_core::ports::PortError;
-use tfops_core::pulls::{ObjectPlan, Outcome, PlanRef};
+use tfops_core::pulls::{ObjectPlan, Outcome, PlanRef, PullApproval};
 
 use crate::error::port_error;
 use crate::meta::{LABEL_OBJECT, apply_params, base_labels, owner_reference};
@@ -29,7 +29,14 @@ pub const ANNOTATION_REPOSITORY: &str = "infra.argocd.io/repository";
 /// The object's whole name (the label may be shortened).
 pub const ANNOTATION_OBJECT: &str = "infra.argocd.io/object-name";
 
+/// The merge commit, once the pull request was merged with approvals of this plan (the
+/// ConfigMap is then kept until what came of them is reported).
+pub const ANNOTATION_MERGED: &str = "infra.argocd.io/merged-sha";
+/// What was last reported on the merged pull request about this object.
+pub const ANNOTATION_REPORTED: &str = "infra.argocd.io/reported";
+
 const KEY_OUTCOME: &str = "outcome.json";
+const KEY_APPROVAL: &str = "approval.json";
 const KEY_TEXT: &str = "plan.txt";
 const KEY_DIGEST: &str = "digest";
 
@@ -47,6 +54,12 @@ pub struct StoredPullPlan {
     pub plan: ObjectPlan,
     /// Its content digest; empty when it failed or changes nothing.
     pub digest: String,
+    /// The approvals recorded for this plan (of its head and content only).
+    pub approval: Option<PullApproval>,
+    /// The merge commit, when the pull request was merged with approvals of this plan.
+    pub merged: Option<String>,
+    /// What was last reported on the merged pull request about this object.
+    pub reported: String,
 }
 
 /// The name of the ConfigMap of `object`'s plan of pull request `number`.
@@ -160,6 +173,101 @@ impl PullPlans {
             .collect())
     }
 
+    /// Records `approval` (or none) on `key`'s plan of pull request `number`.
+    ///
+    /// # Errors
+    /// The API's error.
+    pub async fn set_approval(
+        &self,
+        key: &ObjectKey,
+        number: u64,
+        approval: Option<&PullApproval>,
+    ) -> Result<(), PortError> {
+        let value = match approval {
+            Some(a) => serde_json::Value::String(
+                serde_json::to_string(a).map_err(|e| PortError::Invalid(e.to_string()))?,
+            ),
+            None => serde_json::Value::Null,
+        };
+        self.merge_patch(
+            key,
+            number,
+            serde_json::json!({"data": {KEY_APPROVAL: value}}),
+        )
+        .await
+    }
+
+    /// Marks `key`'s plan of pull request `number` merged at `merge_sha` (kept until reported).
+    ///
+    /// # Errors
+    /// The API's error.
+    pub async fn mark_merged(
+        &self,
+        key: &ObjectKey,
+        number: u64,
+        merge_sha: &str,
+    ) -> Result<(), PortError> {
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {ANNOTATION_MERGED: merge_sha}}});
+        self.merge_patch(key, number, patch).await
+    }
+
+    /// Records what was reported on the merged pull request about `key`.
+    ///
+    /// # Errors
+    /// The API's error.
+    pub async fn mark_reported(
+        &self,
+        key: &ObjectKey,
+        number: u64,
+        reported: &str,
+    ) -> Result<(), PortError> {
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {ANNOTATION_REPORTED: reported}}});
+        self.merge_patch(key, number, patch).await
+    }
+
+    async fn merge_patch(
+        &self,
+        key: &ObjectKey,
+        number: u64,
+        patch: serde_json::Value,
+    ) -> Result<(), PortError> {
+        let name = pull_plan_name(&key.name, number);
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &key.namespace);
+        api.patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| port_error(&format!("updating {}/{name}", key.namespace), e))
+    }
+
+    /// The approvals recorded on `key`'s merged pull requests (what the reconciler reads).
+    ///
+    /// # Errors
+    /// The API's error.
+    pub async fn merged_approvals(&self, key: &ObjectKey) -> Result<Vec<PullApproval>, PortError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &key.namespace);
+        let params = ListParams::default().labels(&format!(
+            "{LABEL_PULL_REQUEST},{LABEL_OBJECT}={}",
+            tfops_core::naming::shorten(&key.name, tfops_core::naming::MAX_LABEL)
+        ));
+        let listed = api
+            .list(&params)
+            .await
+            .map_err(|e| port_error("listing the plans of pull requests", e))?;
+        Ok(listed
+            .items
+            .iter()
+            .filter_map(read)
+            .filter(|p| p.plan_ref.key == *key && p.merged.is_some())
+            .filter_map(|p| p.approval)
+            .collect())
+    }
+
     /// Removes `key`'s plan of pull request `number`; none stored is success.
     ///
     /// # Errors
@@ -203,6 +311,18 @@ fn read(map: &ConfigMap) -> Option<StoredPullPlan> {
             path: String::new(),
             outcome,
         },
+        approval: data
+            .get(KEY_APPROVAL)
+            .and_then(|a| serde_json::from_str::<PullApproval>(a).ok())
+            // Only an approval of what is stored now: a new head's plan leaves none.
+            .filter(|a| {
+                Some(&a.head_sha) == annotation(ANNOTATION_HEAD).as_ref()
+                    && Some(&a.digest) == data.get(KEY_DIGEST)
+                    && a.number == number
+                    && !a.digest.is_empty()
+            }),
+        merged: annotation(ANNOTATION_MERGED),
+        reported: annotation(ANNOTATION_REPORTED).unwrap_or_default(),
         digest: data.get(KEY_DIGEST).cloned().unwrap_or_default(),
     })
 }

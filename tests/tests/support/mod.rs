@@ -7,6 +7,7 @@ pub mod argocd;
 pub mod git;
 pub mod manager;
 pub mod operator;
+pub mod pulls;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -4,8 +4,19 @@
 
 use async_trait::async_trait;
 
-use super::{CommitStatus, PullComment, PullRequest};
+use super::{CommitStatus, PullComment, PullRequest, Review};
 use crate::ports::PortError;
+
+/// A merged pull request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merged {
+    /// The merge commit.
+    pub merge_sha: String,
+    /// Who opened the pull request.
+    pub author: String,
+    /// The head commit that was merged.
+    pub head_sha: String,
+}
 
 /// A repository's pull requests, through the forge's API with one token.
 #[async_trait]
@@ -29,8 +40,20 @@ pub trait Forge: Send + Sync {
     /// The comments on pull request `number`, oldest first (where `/tfops plan` is asked).
     async fn comments(&self, number: u64) -> Result<Vec<PullComment>, PortError>;
 
-    /// Whether pull request `number` was merged (else closed without a merge).
-    async fn merged(&self, number: u64) -> Result<bool, PortError>;
+    /// Pull request `number`'s merge when it was merged (`None`: closed without a merge, or
+    /// still open).
+    async fn merged(&self, number: u64) -> Result<Option<Merged>, PortError>;
+
+    /// The reviews of pull request `number`, oldest first.
+    async fn reviews(&self, number: u64) -> Result<Vec<Review>, PortError>;
+
+    /// The logins of the members of `team` of organisation `organisation` (none when there is
+    /// no such team).
+    async fn team_members(
+        &self,
+        organisation: &str,
+        team: &str,
+    ) -> Result<std::collections::BTreeSet<String>, PortError>;
 
     /// Whether `login` may write to the repository (a collaborator with write or admin
     /// permission, or its owner).

@@ -10,6 +10,7 @@
 mod approvals;
 mod comment;
 mod forge;
+mod merged;
 mod plans;
 mod speculative;
 mod statuses;
@@ -17,7 +18,8 @@ mod trust;
 
 pub use approvals::{PullApproval, Review, ReviewState, approving};
 pub use comment::{COMMENT_BUDGET, MARKER, closed, comment};
-pub use forge::Forge;
+pub use forge::{Forge, Merged};
+pub use merged::{AfterMerge, ApprovalLine, after_merge, approvals_section};
 pub use plans::{PlanAction, PlanRef, plans_to_make};
 pub use speculative::{SpeculativePlan, at_commit, plan_pull_request, replaced};
 pub use statuses::{AGGREGATE_CONTEXT, CommitState, CommitStatus, context, statuses};

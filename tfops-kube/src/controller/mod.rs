@@ -445,6 +445,7 @@ pub async fn run(
         .iter()
         .map(|_| futures::channel::mpsc::unbounded::<Terraform>())
         .unzip();
+    settings.stores.set_wakers(wakers.clone());
     let poller = start_poller(&ports, &stores, wakers, &settings);
     let controllers: Vec<Controller<Terraform>> = scoped
         .into_iter()

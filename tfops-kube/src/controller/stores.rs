@@ -15,6 +15,7 @@ pub struct SharedStores(
         std::sync::OnceLock<Vec<Store<Terraform>>>,
         tokio::sync::Notify,
     )>,
+    Arc<std::sync::OnceLock<Wakers>>,
 );
 
 impl std::fmt::Debug for SharedStores {
@@ -25,7 +26,31 @@ impl std::fmt::Debug for SharedStores {
     }
 }
 
+/// Where the controller takes requests to reconcile an object now, one sender per watched
+/// scope (in the order of the stores).
+type Wakers = Vec<futures::channel::mpsc::UnboundedSender<Terraform>>;
+
 impl SharedStores {
+    /// Shares the senders that make the controller reconcile an object of a scope now.
+    pub(super) fn set_wakers(&self, wakers: Wakers) {
+        let _ = self.1.set(wakers);
+    }
+
+    /// Asks the controller to reconcile the object `key` now (an approval of its plan was
+    /// recorded on a merged pull request); nothing when it is not in the caches.
+    pub fn wake(&self, key: &tfops_core::api::ObjectKey) {
+        let (Some(stores), Some(wakers)) = (self.0.0.get(), self.1.get()) else {
+            return;
+        };
+        let reference = kube_runtime::reflector::ObjectRef::new(&key.name).within(&key.namespace);
+        for (store, waker) in stores.iter().zip(wakers) {
+            if let Some(object) = store.get(&reference) {
+                let _ = waker.unbounded_send((*object).clone());
+                return;
+            }
+        }
+    }
+
     /// Shares `stores` (the first run's, when the controller runs twice in one process),
     /// and gives them back.
     pub(super) fn set(&self, stores: Vec<Store<Terraform>>) -> Vec<Store<Terraform>> {

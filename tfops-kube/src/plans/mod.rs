@@ -310,4 +310,13 @@ impl PlanStore for KubePlanStore {
         })?;
         self.remove_stale(object, workspace, None).await
     }
+
+    async fn pull_request_approvals(
+        &self,
+        object: &ObjectKey,
+    ) -> Result<Vec<tfops_core::ports::PullApproval>, PortError> {
+        crate::pull_plans::PullPlans::new(self.client.clone())
+            .merged_approvals(object)
+            .await
+    }
 }

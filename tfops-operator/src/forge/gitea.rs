@@ -1,13 +1,17 @@
 //! [`Forge`] on Gitea's API (v1): reqwest and the few calls tfops makes, each paged where
 //! Gitea pages.
 
+use std::collections::BTreeSet;
+
 use async_trait::async_trait;
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tfops_core::api::ForgeRepository;
 use tfops_core::ports::PortError;
-use tfops_core::pulls::{CommitStatus, Forge, MARKER, PullComment, PullRequest};
+use tfops_core::pulls::{
+    CommitStatus, Forge, MARKER, Merged, PullComment, PullRequest, Review, ReviewState,
+};
 
 /// Items per page asked of Gitea (its default maximum is 50; an instance may allow fewer, so
 /// a short page does not mean the last).
@@ -54,6 +58,20 @@ struct Pull {
     user: User,
     head: Branch,
     base: Branch,
+}
+
+#[derive(Deserialize)]
+struct GiteaReview {
+    #[serde(default)]
+    user: Option<User>,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    commit_id: String,
+    #[serde(default)]
+    stale: bool,
+    #[serde(default)]
+    dismissed: bool,
 }
 
 #[derive(Deserialize)]
@@ -320,7 +338,7 @@ impl Forge for GiteaForge {
             .collect())
     }
 
-    async fn merged(&self, number: u64) -> Result<bool, PortError> {
+    async fn merged(&self, number: u64) -> Result<Option<Merged>, PortError> {
         let pull = self
             .call(
                 Method::GET,
@@ -328,7 +346,65 @@ impl Forge for GiteaForge {
                 None,
             )
             .await?;
-        Ok(pull["merged"].as_bool().unwrap_or(false))
+        let merged = pull["merged"].as_bool().unwrap_or(false);
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        Ok(merged.then(|| Merged {
+            merge_sha: text(&pull["merge_commit_sha"]),
+            author: text(&pull["user"]["login"]),
+            head_sha: text(&pull["head"]["sha"]),
+        }))
+    }
+
+    async fn reviews(&self, number: u64) -> Result<Vec<Review>, PortError> {
+        let listed: Vec<GiteaReview> = self
+            .all(&self.repo_path(&format!("/pulls/{number}/reviews")), "")
+            .await?;
+        Ok(listed
+            .into_iter()
+            .map(|r| Review {
+                reviewer: r.user.map(|u| u.login).unwrap_or_default(),
+                state: match r.state.as_str() {
+                    "APPROVED" => ReviewState::Approved,
+                    "REQUEST_CHANGES" => ReviewState::RequestChanges,
+                    _ => ReviewState::Other,
+                },
+                commit: r.commit_id,
+                stale: r.stale,
+                dismissed: r.dismissed,
+            })
+            .collect())
+    }
+
+    async fn team_members(
+        &self,
+        organisation: &str,
+        team: &str,
+    ) -> Result<BTreeSet<String>, PortError> {
+        let path = format!("/orgs/{organisation}/teams/search");
+        let found = self
+            .call(Method::GET, &format!("{path}?q={team}"), None)
+            .await;
+        let found = match found {
+            Ok(found) => found,
+            Err(PortError::NotFound(_)) => return Ok(BTreeSet::new()),
+            Err(e) => return Err(e),
+        };
+        // The search matches parts of names: only the team of exactly this name counts.
+        let id = found["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| {
+                t["name"]
+                    .as_str()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(team))
+            })
+            .and_then(|t| t["id"].as_i64());
+        let Some(id) = id else {
+            return Ok(BTreeSet::new());
+        };
+        let members: Vec<User> = self.all(&format!("/teams/{id}/members"), "").await?;
+        Ok(members.into_iter().map(|u| u.login).collect())
     }
 
     async fn can_write(&self, login: &str) -> Result<bool, PortError> {

@@ -40,7 +40,13 @@ pub const CONNECTIONS: usize = 64;
 
 /// The events a delivery is counted under; anything else is `other`, and an unsigned one `-`
 /// (so that a caller without the secret cannot make new metric series).
-const EVENTS: [&str; 3] = ["push", "pull_request", "issue_comment"];
+const EVENTS: [&str; 5] = [
+    "push",
+    "pull_request",
+    "issue_comment",
+    "pull_request_approved",
+    "pull_request_rejected",
+];
 
 /// How many delivery ids are remembered to refuse duplicates.
 const REMEMBERED: usize = 4096;
@@ -49,7 +55,8 @@ const REMEMBERED: usize = 4096;
 pub struct Receiver {
     key: ring::hmac::Key,
     poll_now: PollNow,
-    /// Asks the pull-request loop to look at a repository (`pull_request`, `issue_comment`).
+    /// Asks the pull-request loop to look at a repository (`pull_request`, `issue_comment`,
+    /// reviews).
     pulls: Option<PollNow>,
     metrics: Arc<Metrics>,
     seen: Mutex<Seen>,
@@ -248,7 +255,15 @@ impl Receiver {
     fn act(&self, event: &str, body: &[u8]) -> (Verdict, StatusCode, String) {
         let target = match (event, &self.pulls) {
             ("push", _) => &self.poll_now,
-            ("pull_request" | "issue_comment", Some(pulls)) => pulls,
+            // A review (Gitea names approving and rejecting ones apart) changes what a plan's
+            // approval is.
+            (
+                "pull_request"
+                | "issue_comment"
+                | "pull_request_approved"
+                | "pull_request_rejected",
+                Some(pulls),
+            ) => pulls,
             _ => {
                 return (
                     Verdict::Ignored,

@@ -117,13 +117,13 @@ pub(crate) async fn look(shared: &Arc<Shared>, group: &Group) -> Result<(), Port
     // Running first, then stored: a plan that ends in between is stored before it stops
     // running, so it is seen in one or the other, never planned twice.
     let running = shared.tasks.running(&group.id);
-    let stored_plans: Vec<_> = shared
+    let (merged_plans, stored_plans): (Vec<_>, Vec<_>) = shared
         .store
         .list(&namespaces)
         .await?
         .into_iter()
         .filter(|p| p.repository == group.id && keys.contains(&p.plan_ref.key))
-        .collect();
+        .partition(super::approvals::is_merged);
     let stored: Vec<PlanRef> = stored_plans
         .iter()
         .map(|p| p.plan_ref.clone())
@@ -141,23 +141,11 @@ pub(crate) async fn look(shared: &Arc<Shared>, group: &Group) -> Result<(), Port
             (o.pull.clone(), allowed, true)
         })
         .collect();
-    let mut closed: BTreeSet<u64> = BTreeSet::new();
+    let mut closing =
+        super::closing::Closing::new(shared, group, forge.as_ref(), &open, &stored_plans);
     for action in pulls::plans_to_make(&wanted, &stored) {
         match action {
-            PlanAction::Remove(plan) => {
-                shared.tasks.cancel(&group.id, &plan);
-                // Another head's plan is replaced by the new one's (same ConfigMap); a
-                // closed pull request's, or one no longer touching the object, goes.
-                let still = open.iter().any(|o| {
-                    o.pull.number == plan.number && o.touched.iter().any(|(t, _)| t.key == plan.key)
-                });
-                if !still {
-                    shared.store.delete(&plan.key, plan.number).await?;
-                }
-                if open.iter().all(|o| o.pull.number != plan.number) {
-                    closed.insert(plan.number);
-                }
-            }
+            PlanAction::Remove(plan) => closing.remove(plan).await?,
             PlanAction::Make(plan) => {
                 let Some(o) = open.iter().find(|o| o.pull.number == plan.number) else {
                     continue;
@@ -169,12 +157,22 @@ pub(crate) async fn look(shared: &Arc<Shared>, group: &Group) -> Result<(), Port
             }
         }
     }
-    for number in closed {
-        super::publish::closed(shared, group, forge.as_ref(), number).await?;
-    }
+    closing.say_closed().await?;
+    let mut teams = closing.teams;
     for o in &open {
-        super::publish::publish(shared, group, forge.as_ref(), o, &stored_plans).await?;
+        let approvals = super::approvals::record_open(
+            shared,
+            group,
+            forge.as_ref(),
+            o,
+            &stored_plans,
+            &mut teams,
+        )
+        .await?;
+        super::publish::publish(shared, group, forge.as_ref(), o, &stored_plans, &approvals)
+            .await?;
     }
+    super::approvals::follow(shared, group, forge.as_ref(), &merged_plans).await?;
     Ok(())
 }
 

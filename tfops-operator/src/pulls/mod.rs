@@ -9,6 +9,8 @@
 //! pull requests and the plans stored or being made, so a delivery seen twice, a webhook and a
 //! poll at once, or a restart plan nothing twice.
 
+mod approvals;
+mod closing;
 mod group;
 mod publish;
 mod tasks;
@@ -87,6 +89,8 @@ pub(crate) struct Shared {
     /// Asks the loop to look at a repository again (a plan ended).
     pub(crate) nudge: PollNow,
     pub(crate) metrics: PullMetrics,
+    /// The controller's caches (to ask it to run an object at once).
+    pub(crate) stores: tfops_kube::controller::SharedStores,
     /// A forge client per repository and token, kept between looks.
     pub(crate) forges: std::sync::Mutex<BTreeMap<(String, String), Arc<crate::forge::GiteaForge>>>,
 }
@@ -100,6 +104,7 @@ pub async fn run(client: kube::Client, ports: Ports, settings: PullSettings) {
         nudge: settings.nudge.clone(),
         metrics: settings.metrics.clone(),
         forges: std::sync::Mutex::default(),
+        stores: settings.stores.clone(),
         client,
         ports,
     });

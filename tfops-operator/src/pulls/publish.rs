@@ -75,12 +75,16 @@ pub(crate) async fn publish(
     forge: &dyn Forge,
     open: &Open,
     stored: &[StoredPullPlan],
+    approvals: &[pulls::ApprovalLine],
 ) -> Result<(), PortError> {
     let pull = &open.pull;
     let plans = plans_of(shared, group, open, stored);
-    let body = pulls::comment(&pull.head_sha, &plans, pulls::COMMENT_BUDGET, |k| {
+    // The approvals' section is short (a line per object): it fits the forge's limit beside
+    // the comment's budget.
+    let mut body = pulls::comment(&pull.head_sha, &plans, pulls::COMMENT_BUDGET, |k| {
         hint(k, pull.number)
     });
+    body.push_str(&pulls::approvals_section(approvals));
     comment(shared, group, forge, pull.number, body).await?;
     for status in pulls::statuses(&plans) {
         let key = (
@@ -106,7 +110,14 @@ pub(crate) async fn closed(
     number: u64,
 ) -> Result<(), PortError> {
     let merged = forge.merged(number).await?;
-    comment(shared, group, forge, number, pulls::closed(merged)).await
+    comment(
+        shared,
+        group,
+        forge,
+        number,
+        pulls::closed(merged.is_some()),
+    )
+    .await
 }
 
 async fn comment(

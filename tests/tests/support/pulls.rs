@@ -1,0 +1,117 @@
+//! Pull requests on the test Gitea, as the tests of the pull-request loop read them: the
+//! admin's repository, opening a pull request, tfops' comment and the commit statuses, waited
+//! for until a condition holds.
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::json;
+use tfops_core::pulls::MARKER;
+use tfops_testcluster::gitea::Gitea;
+
+/// The repository's path of `user`'s repository `infra`.
+pub fn repo(gitea: &Gitea) -> String {
+    format!("/repos/{}/infra", gitea.admin.login)
+}
+
+/// Opens a pull request of `branch` into `main` as the admin: its number.
+pub async fn open(gitea: &Gitea, branch: &str) -> u64 {
+    let body = json!({"head": branch, "base": "main", "title": format!("change {branch}")});
+    let pull = gitea
+        .call(
+            &gitea.admin,
+            Method::POST,
+            &format!("{}/pulls", repo(gitea)),
+            Some(body),
+        )
+        .await
+        .unwrap();
+    pull["number"].as_u64().unwrap()
+}
+
+/// The comments on pull request `number` that carry tfops' marker.
+pub async fn ours(gitea: &Gitea, number: u64) -> Vec<String> {
+    let path = format!("{}/issues/{number}/comments", repo(gitea));
+    let all = gitea
+        .call(&gitea.admin, Method::GET, &path, None)
+        .await
+        .unwrap();
+    all.as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["body"].as_str())
+        .filter(|b| b.starts_with(MARKER))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The newest status per context on `sha`: (state, description).
+pub async fn statuses(
+    gitea: &Gitea,
+    sha: &str,
+) -> std::collections::BTreeMap<String, (String, String)> {
+    let path = format!("{}/commits/{sha}/status", repo(gitea));
+    let combined = gitea
+        .call(&gitea.admin, Method::GET, &path, None)
+        .await
+        .unwrap();
+    combined["statuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let state = s["status"].as_str().or(s["state"].as_str()).unwrap_or("");
+            (
+                s["context"].as_str().unwrap().to_string(),
+                (
+                    state.to_string(),
+                    s["description"].as_str().unwrap_or("").to_string(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Waits (at most `seconds`) until `test` of the pull request's single tfops comment holds;
+/// gives it. Panics when there is ever more than one.
+pub async fn comment_where(
+    gitea: &Gitea,
+    number: u64,
+    seconds: u64,
+    test: impl Fn(&str) -> bool,
+) -> String {
+    let start = Instant::now();
+    loop {
+        let found = ours(gitea, number).await;
+        assert!(found.len() <= 1, "one comment per pull request: {found:#?}");
+        if let Some(body) = found.first().filter(|b| test(b)) {
+            return body.clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(seconds),
+            "#{number}: no such comment within {seconds} s; now: {found:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub async fn status_where(
+    gitea: &Gitea,
+    sha: &str,
+    context: &str,
+    seconds: u64,
+    test: impl Fn(&str, &str) -> bool,
+) -> (String, String) {
+    let start = Instant::now();
+    loop {
+        let now = statuses(gitea, sha).await;
+        if let Some((state, description)) = now.get(context).filter(|(s, d)| test(s, d)) {
+            return (state.clone(), description.clone());
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(seconds),
+            "{sha}: no such status {context} within {seconds} s; now: {now:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
