@@ -13,6 +13,7 @@
 //!   [`follow`]: a run's output as it goes; [`history`]: the last runs.
 
 pub mod actions;
+pub mod approval_key;
 pub mod controller;
 pub mod credentials;
 pub mod error;

@@ -34,6 +34,8 @@ pub const ANNOTATION_OBJECT: &str = "infra.argocd.io/object-name";
 pub const ANNOTATION_MERGED: &str = "infra.argocd.io/merged-sha";
 /// What was last reported on the merged pull request about this object.
 pub const ANNOTATION_REPORTED: &str = "infra.argocd.io/reported";
+/// The manager's signature of a merged record ([`crate::approval_key`]).
+pub const ANNOTATION_SIGNATURE: &str = "infra.argocd.io/approval-signature";
 
 const KEY_OUTCOME: &str = "outcome.json";
 const KEY_APPROVAL: &str = "approval.json";
@@ -54,6 +56,8 @@ pub struct StoredPullPlan {
     pub plan: ObjectPlan,
     /// Its content digest; empty when it failed or changes nothing.
     pub digest: String,
+    /// The manager's signature of the merged record (empty before the merge).
+    pub signature: String,
     /// The approvals recorded for this plan (of its head and content only).
     pub approval: Option<PullApproval>,
     /// The merge commit, when the pull request was merged with approvals of this plan.
@@ -74,12 +78,20 @@ pub fn pull_plan_name(object: &str, number: u64) -> String {
 #[derive(Clone)]
 pub struct PullPlans {
     client: kube::Client,
+    /// Signs and checks merged records; without it none is kept or counts.
+    key: Option<crate::approval_key::ApprovalKey>,
 }
 
 impl PullPlans {
     /// The store on `client`.
     pub fn new(client: kube::Client) -> Self {
-        Self { client }
+        Self { client, key: None }
+    }
+
+    /// This store, signing and checking merged records with `key`.
+    pub fn with_key(mut self, key: crate::approval_key::ApprovalKey) -> Self {
+        self.key = Some(key);
+        self
     }
 
     /// Stores `plan` of `object` for pull request `number` of `repository` at `head_sha`,
@@ -197,18 +209,28 @@ impl PullPlans {
         .await
     }
 
-    /// Marks `key`'s plan of pull request `number` merged at `merge_sha` (kept until reported).
+    /// Keeps `key`'s plan of pull request `number`, merged at `merge_sha`, with `approval`,
+    /// signed: the record the reconciler reads.
     ///
     /// # Errors
-    /// The API's error.
-    pub async fn mark_merged(
+    /// Without a key ([`PullPlans::with_key`]); the API's error.
+    pub async fn keep_merged(
         &self,
         key: &ObjectKey,
         number: u64,
+        approval: &PullApproval,
         merge_sha: &str,
     ) -> Result<(), PortError> {
-        let patch =
-            serde_json::json!({"metadata": {"annotations": {ANNOTATION_MERGED: merge_sha}}});
+        let signer = self.key.as_ref().ok_or_else(|| {
+            PortError::Invalid("no key to sign approvals of pull requests with".into())
+        })?;
+        let signature = signer.sign(&key.namespace, &key.name, approval, merge_sha);
+        let record =
+            serde_json::to_string(approval).map_err(|e| PortError::Invalid(e.to_string()))?;
+        let patch = serde_json::json!({
+            "metadata": {"annotations": {ANNOTATION_MERGED: merge_sha, ANNOTATION_SIGNATURE: signature}},
+            "data": {KEY_APPROVAL: record},
+        });
         self.merge_patch(key, number, patch).await
     }
 
@@ -245,11 +267,16 @@ impl PullPlans {
         .map_err(|e| port_error(&format!("updating {}/{name}", key.namespace), e))
     }
 
-    /// The approvals recorded on `key`'s merged pull requests (what the reconciler reads).
+    /// The approvals recorded on `key`'s merged pull requests that carry the manager's
+    /// signature (what the reconciler reads); none without a key. A record that does not
+    /// verify (written by anyone else) is left out, with a warning.
     ///
     /// # Errors
     /// The API's error.
     pub async fn merged_approvals(&self, key: &ObjectKey) -> Result<Vec<PullApproval>, PortError> {
+        let Some(checker) = &self.key else {
+            return Ok(Vec::new());
+        };
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &key.namespace);
         let params = ListParams::default().labels(&format!(
             "{LABEL_PULL_REQUEST},{LABEL_OBJECT}={}",
@@ -263,8 +290,17 @@ impl PullPlans {
             .items
             .iter()
             .filter_map(read)
-            .filter(|p| p.plan_ref.key == *key && p.merged.is_some())
-            .filter_map(|p| p.approval)
+            .filter(|p| p.plan_ref.key == *key)
+            .filter_map(|p| {
+                let (merged, approval) = (p.merged.as_ref()?, p.approval.as_ref()?);
+                if checker.verify(&key.namespace, &key.name, approval, merged, &p.signature) {
+                    Some(approval.clone())
+                } else {
+                    tracing::warn!(object = %key, pull_request = p.plan_ref.number,
+                        "an approval record of a merged pull request without the manager's signature: ignored");
+                    None
+                }
+            })
             .collect())
     }
 
@@ -323,6 +359,7 @@ fn read(map: &ConfigMap) -> Option<StoredPullPlan> {
             }),
         merged: annotation(ANNOTATION_MERGED),
         reported: annotation(ANNOTATION_REPORTED).unwrap_or_default(),
+        signature: annotation(ANNOTATION_SIGNATURE).unwrap_or_default(),
         digest: data.get(KEY_DIGEST).cloned().unwrap_or_default(),
     })
 }

@@ -116,6 +116,8 @@ pub struct Wiring {
     pub events: KubeEventSink,
     /// The CA.
     pub pki: Arc<ControllerPki>,
+    /// Signs and checks the approvals merged pull requests carry to the apply.
+    pub approval_key: tfops_kube::approval_key::ApprovalKey,
 }
 
 /// Every port of the controller.
@@ -132,6 +134,13 @@ pub async fn ports(client: &kube::Client, options: &ClusterOptions) -> Result<Wi
         )
         .await?,
     );
+    // Beside the CA, where no runner reads: approvals carried across a merge are signed with it.
+    let approval_key = tfops_kube::approval_key::ApprovalKey::load_or_create(
+        client.clone(),
+        &options.controller_namespace,
+        &format!("{}-pull-approvals", options.ca_secret),
+    )
+    .await?;
     let mut runner = RunnerSettings::new(&options.runner_image);
     runner.creation_timeout = options.runner_creation_timeout;
     runner.client.max_message = options.runner_max_message;
@@ -159,7 +168,8 @@ pub async fn ports(client: &kube::Client, options: &ClusterOptions) -> Result<Wi
         // reference.
         plans: Arc::new(
             KubePlanStore::new(client.clone(), owner.clone())
-                .leaving_secrets_to_garbage_collection(),
+                .leaving_secrets_to_garbage_collection()
+                .with_approval_key(approval_key.clone()),
         ),
         outputs: Arc::new(
             KubeOutputsSink::new(client.clone(), owner).leaving_deletes_to_garbage_collection(),
@@ -171,7 +181,12 @@ pub async fn ports(client: &kube::Client, options: &ClusterOptions) -> Result<Wi
         clock: Arc::new(SystemClock),
         policies: Arc::new(KubePolicySource::new(client.clone())),
     };
-    Ok(Wiring { ports, events, pki })
+    Ok(Wiring {
+        ports,
+        events,
+        pki,
+        approval_key,
+    })
 }
 
 /// Runs the controller until `shutdown` resolves.
@@ -223,6 +238,7 @@ pub async fn run_with_runner(
             nudge,
             metrics: options.pull_metrics.clone(),
             stores: c.stores.clone(),
+            approval_key: wiring.approval_key.clone(),
         };
         tokio::spawn(crate::pulls::run(
             client.clone(),

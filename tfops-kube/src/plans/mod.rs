@@ -113,6 +113,8 @@ pub struct KubePlanStore {
     /// Plan Secrets are never deleted by this store (see
     /// [`KubePlanStore::leaving_secrets_to_garbage_collection`]).
     keep_secrets: bool,
+    /// Checks the approvals merged pull requests carry; without it none counts.
+    approval_key: Option<crate::approval_key::ApprovalKey>,
 }
 
 impl std::fmt::Debug for KubePlanStore {
@@ -154,6 +156,7 @@ impl KubePlanStore {
             binary: CodecConfig::default(),
             readable: CodecConfig::readable(),
             keep_secrets: false,
+            approval_key: None,
         }
     }
 
@@ -166,6 +169,14 @@ impl KubePlanStore {
     #[must_use]
     pub fn leaving_secrets_to_garbage_collection(mut self) -> Self {
         self.keep_secrets = true;
+        self
+    }
+
+    /// The same store, reading the approvals of merged pull requests signed with `key`
+    /// ([`crate::approval_key`]).
+    #[must_use]
+    pub fn with_approval_key(mut self, key: crate::approval_key::ApprovalKey) -> Self {
+        self.approval_key = Some(key);
         self
     }
 
@@ -315,8 +326,14 @@ impl PlanStore for KubePlanStore {
         &self,
         object: &ObjectKey,
     ) -> Result<Vec<tfops_core::ports::PullApproval>, PortError> {
-        crate::pull_plans::PullPlans::new(self.client.clone())
-            .merged_approvals(object)
-            .await
+        match &self.approval_key {
+            Some(key) => {
+                crate::pull_plans::PullPlans::new(self.client.clone())
+                    .with_key(key.clone())
+                    .merged_approvals(object)
+                    .await
+            }
+            None => Ok(Vec::new()),
+        }
     }
 }

@@ -192,11 +192,7 @@ pub(crate) async fn keep_merged(
     };
     shared
         .store
-        .set_approval(key, number, Some(&approval))
-        .await?;
-    shared
-        .store
-        .mark_merged(key, number, &merged.merge_sha)
+        .keep_merged(key, number, &approval, &merged.merge_sha)
         .await?;
     shared.stores.wake(key);
     Ok(true)
@@ -248,6 +244,7 @@ pub(crate) async fn follow(
     merged: &[StoredPullPlan],
 ) -> Result<(), PortError> {
     let mut by_pull: BTreeMap<(u64, String), Vec<Followed<'_>>> = BTreeMap::new();
+    let mut soon = false;
     for plan in merged {
         let (Some(sha), Some(approval)) = (&plan.merged, &plan.approval) else {
             continue;
@@ -256,10 +253,24 @@ pub(crate) async fn follow(
             continue;
         };
         let state = after_merge(object, approval);
+        // Soon something will come of it: an apply under way, or a plan of the merge commit
+        // not made yet.
+        let attempted = object
+            .status
+            .last_attempted_revision
+            .as_deref()
+            .is_some_and(|r| r.contains(sha.as_str()));
+        soon |= matches!(state, AfterMerge::Applying)
+            || (matches!(state, AfterMerge::Waiting) && !attempted);
         by_pull
             .entry((plan.plan_ref.number, sha.clone()))
             .or_default()
             .push((plan, approval.clone(), state));
+    }
+    // While something will soon come of one, the objects' status is looked at again soon
+    // (nothing else makes the loop look when an object's run ends).
+    if soon {
+        again_soon(shared, &group.id);
     }
     for ((number, sha), entries) in by_pull {
         if entries.iter().all(|(p, _, s)| p.reported == s.tag()) {
@@ -287,6 +298,31 @@ pub(crate) async fn follow(
         }
     }
     Ok(())
+}
+
+/// How soon a repository with a merged pull request's plan being followed is looked at again.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Asks for a look at repository `id` in [`FOLLOW_EVERY`] (once, however often asked meanwhile).
+fn again_soon(shared: &Arc<Shared>, id: &str) {
+    let first = shared
+        .following
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(id.to_string());
+    if !first {
+        return;
+    }
+    let (shared, id) = (shared.clone(), id.to_string());
+    tokio::spawn(async move {
+        tokio::time::sleep(FOLLOW_EVERY).await;
+        shared
+            .following
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&id);
+        shared.nudge.repository_id(&id);
+    });
 }
 
 /// Whether `plan` is a merged pull request's record (followed, not planned).

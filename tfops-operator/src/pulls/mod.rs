@@ -59,6 +59,8 @@ impl PullMetrics {
 /// How the loop runs.
 #[derive(Debug, Clone)]
 pub struct PullSettings {
+    /// Signs the approvals a merged pull request carries to the apply.
+    pub approval_key: tfops_kube::approval_key::ApprovalKey,
     /// How often open pull requests are listed (`None`: only when a webhook asks).
     pub interval: Option<Duration>,
     /// The shard whose objects this manager plans.
@@ -89,6 +91,8 @@ pub(crate) struct Shared {
     /// Asks the loop to look at a repository again (a plan ended).
     pub(crate) nudge: PollNow,
     pub(crate) metrics: PullMetrics,
+    /// Repositories with a look asked for soon (merged pull requests' plans being followed).
+    pub(crate) following: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// The controller's caches (to ask it to run an object at once).
     pub(crate) stores: tfops_kube::controller::SharedStores,
     /// A forge client per repository and token, kept between looks.
@@ -98,13 +102,14 @@ pub(crate) struct Shared {
 /// Runs the loop until the process ends.
 pub async fn run(client: kube::Client, ports: Ports, settings: PullSettings) {
     let shared = Arc::new(Shared {
-        store: PullPlans::new(client.clone()),
+        store: PullPlans::new(client.clone()).with_key(settings.approval_key.clone()),
         tasks: tasks::Tasks::new(settings.concurrency.max(1)),
         published: publish::Published::default(),
         nudge: settings.nudge.clone(),
         metrics: settings.metrics.clone(),
         forges: std::sync::Mutex::default(),
         stores: settings.stores.clone(),
+        following: std::sync::Mutex::default(),
         client,
         ports,
     });
