@@ -821,6 +821,19 @@ fn served_metrics() -> BTreeMap<String, String> {
     let metrics = tfops_operator::manager::metrics::Metrics::new();
     metrics.api_request("GET", 200);
     metrics.webhook_delivery("push", "accepted");
+    // A family shows once it has a series: one of each of the pull-request loop's.
+    let pulls = metrics.pull_metrics();
+    pulls
+        .forge_requests
+        .get_or_create(&tfops_operator::forge::ForgeRequest {
+            method: "GET".into(),
+            code: 200,
+        })
+        .inc();
+    pulls
+        .plans
+        .get_or_create(&tfops_operator::pulls::PlanResult { result: "planned" })
+        .inc();
     let report: RunReport = RunReport {
         records: vec![Record {
             step: StepKind::ResolveSource,

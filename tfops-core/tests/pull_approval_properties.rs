@@ -1,8 +1,9 @@
 //! Property test of approvals given on pull requests, carried across the merge. Random
 //! histories of pull requests opened, pushed to, planned, reviewed (by approvers, others and
 //! the author; approving, asking for changes or commenting; on the head or an older commit),
-//! reviews dismissed, merges in any order, main moving, the state changing by hand, direct
-//! approvals and reconciles. The model below says on its own which contents were approved
+//! reviews dismissed, merges in any order, main moving, the state changing by hand, a
+//! variable changing in the cluster, direct approvals, faults and reconciles (each by a new
+//! driver, as after a restart: nothing is kept between them but the cluster's records). The model below says on its own which contents were approved
 //! and by whom; the manager's part (recording the approvals of a merged pull request) is
 //! played with the product's [`approving`].
 //!
@@ -51,6 +52,8 @@ enum Action {
     MainMoves(u8),
     /// Someone changes `b` by hand, state and all.
     ChangeState(u8),
+    /// A variable of the object is set to `.0` in the cluster.
+    SetVar(u8),
     /// A human approves the plan pending now, after seeing it.
     ApproveDirectly,
     /// A run of the object, as the source poller starts it.
@@ -74,6 +77,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => Just(Action::Advance),
         1 => (0..3u8).prop_map(Action::MainMoves),
         1 => (0..3u8).prop_map(Action::ChangeState),
+        1 => (0..3u8).prop_map(Action::SetVar),
         1 => Just(Action::ApproveDirectly),
         8 => Just(Action::Reconcile),
         1 => prop_oneof![Just(FakeOp::Apply), Just(FakeOp::Plan), Just(FakeOp::Show)]
@@ -293,6 +297,9 @@ impl Model {
                 infra.real.insert("terraform_data.b".into(), b.to_string());
                 infra.state.insert("terraform_data.b".into(), b.to_string());
             }
+            Action::SetVar(v) => w.edit(&self.key, |s| {
+                s.vars = vec![serde_json::from_value(json!({"name": "n", "value": v})).unwrap()];
+            }),
             Action::ApproveDirectly => {
                 let o = w.object(&self.key).unwrap();
                 let pending = o.status.plan.pending.clone();

@@ -488,6 +488,77 @@ impl TestCluster {
         std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
     }
 
+    /// Kills component `name` (`etcd`, `kube-apiserver`, `kube-controller-manager`) at once,
+    /// as a crash would; it stays down until [`TestCluster::start_again`]. etcd keeps its data
+    /// directory.
+    pub fn kill(&mut self, name: &str) {
+        if let Some(p) = self.processes.iter_mut().find(|p| p.name() == name) {
+            p.kill();
+        }
+    }
+
+    /// Starts component `name` again with what it was started with (etcd on its data, the
+    /// API server on its port), and waits until it serves: etcd's `/health`, the API server's
+    /// `/readyz` (at most 60 s).
+    ///
+    /// # Errors
+    /// [`Error`]: it cannot start, or does not serve in time (with the end of its log).
+    pub async fn start_again(&mut self, name: &str) -> Result<(), Error> {
+        let Some(i) = self.processes.iter().position(|p| p.name() == name) else {
+            return Err(Error::Io(std::io::Error::other(format!(
+                "no component {name}"
+            ))));
+        };
+        let etcd_port: u16 = self
+            .etcd_url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_default();
+        let client = self.client().await?;
+        self.processes[i].start_again()?;
+        let process = std::slice::from_mut(&mut self.processes[i]);
+        match name {
+            "etcd" => {
+                wait_until(process, || async move {
+                    http_get(etcd_port, "/health")
+                        .await
+                        .is_some_and(|b| b.contains("\"health\":\"true\""))
+                })
+                .await
+            }
+            "kube-apiserver" => {
+                wait_until(process, || {
+                    let client = client.clone();
+                    async move {
+                        let req = http::Request::get("/readyz").body(Vec::new());
+                        match req {
+                            Ok(req) => client.request_text(req).await.is_ok_and(|t| t == "ok"),
+                            Err(_) => false,
+                        }
+                    }
+                })
+                .await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Pauses component `name` (`SIGSTOP` to its process group): it holds its connections and
+    /// answers nothing until [`TestCluster::resume`].
+    pub fn pause(&self, name: &str) {
+        if let Some(p) = self.processes.iter().find(|p| p.name() == name) {
+            p.signal(nix::sys::signal::Signal::SIGSTOP);
+        }
+    }
+
+    /// Resumes a paused component (`SIGCONT`).
+    pub fn resume(&self, name: &str) {
+        if let Some(p) = self.processes.iter().find(|p| p.name() == name) {
+            p.signal(nix::sys::signal::Signal::SIGCONT);
+        }
+    }
+
     /// The process ids of the control plane's components (for a test that checks they are
     /// gone after the drop).
     pub fn pids(&self) -> Vec<u32> {

@@ -12,6 +12,9 @@ pub struct Process {
     name: String,
     child: Child,
     log: PathBuf,
+    /// What it was started with, to start it again.
+    program: PathBuf,
+    args: Vec<String>,
 }
 
 /// Whether `setpriv` (util-linux) can set the parent-death signal here.
@@ -50,7 +53,29 @@ impl Process {
             name: name.to_string(),
             child,
             log: log.to_path_buf(),
+            program: program.to_path_buf(),
+            args: args.to_vec(),
         })
+    }
+
+    /// Kills it (if it still runs) and starts it again with the same program, arguments and
+    /// log (appended to).
+    ///
+    /// # Errors
+    /// As [`Process::start`].
+    pub fn start_again(&mut self) -> std::io::Result<()> {
+        self.kill();
+        let again = Self::start(&self.name, &self.program, &self.args, &self.log)?;
+        // The old child is reaped: replacing it drops nothing that runs.
+        *self = again;
+        Ok(())
+    }
+
+    /// Sends `signal` to its whole process group (`SIGSTOP` pauses it, `SIGCONT` resumes it).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal);
+        }
     }
 
     /// The process id.
