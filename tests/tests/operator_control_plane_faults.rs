@@ -1,0 +1,182 @@
+//! The control plane itself failing under tfops: the kube-apiserver killed and started again,
+//! etcd killed and started again on its data, and etcd paused, each while an apply is under
+//! way. An outside witness (a ledger file the resource's provisioner appends to on the host,
+//! outside Terraform's state) counts what Terraform really did: each approved plan is applied
+//! exactly once, and the object converges. What the manager asks of the API server while it is
+//! away is measured from its own request counter.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::operator::{CONFIG, Operator, applying, ready_with};
+
+/// How long each fault lasts.
+const OUTAGE: Duration = Duration::from_secs(10);
+
+/// [`CONFIG`] with a resource of `stamp` whose create writes `start-<stamp>` to `ledger`, waits
+/// for the file `gate`, then writes `done-<stamp>`.
+fn witnessed(ledger: &Path, gate: &Path, stamp: &str) -> String {
+    format!(
+        "{CONFIG}\nresource \"terraform_data\" \"w\" {{\n  triggers_replace = \"{stamp}\"\n  provisioner \"local-exec\" {{\n    command = \"echo start-{stamp} >> '{ledger}'; while [ ! -e '{gate}' ]; do sleep 0.1; done; echo done-{stamp} >> '{ledger}'\"\n  }}\n}}\n",
+        ledger = ledger.display(),
+        gate = gate.display(),
+    )
+}
+
+fn ledger_lines(ledger: &Path) -> Vec<String> {
+    std::fs::read_to_string(ledger)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits (at most 120 s) until the ledger holds `line`.
+async fn ledger_has(ledger: &Path, line: &str) {
+    ledger_has_within(ledger, line, 120).await;
+}
+
+/// Waits (at most `seconds`) until the ledger holds `line`.
+async fn ledger_has_within(ledger: &Path, line: &str, seconds: u64) {
+    let start = Instant::now();
+    while !ledger_lines(ledger).iter().any(|l| l == line) {
+        assert!(
+            start.elapsed() < Duration::from_secs(seconds),
+            "the ledger never had {line}: {:?}",
+            ledger_lines(ledger)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The manager's Kubernetes API requests so far: (all, failed to connect).
+async fn requests(op: &Operator) -> (f64, f64) {
+    let (_, text) = op.manager().get("/metrics").await;
+    let mut all = 0.0;
+    let mut unreached = 0.0;
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("tfops_kube_api_requests_total{"))
+    {
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        all += value;
+        if line.contains("code=\"0\"") {
+            unreached += value;
+        }
+    }
+    (all, unreached)
+}
+
+/// One apply of `stamp` with `fault` striking while Terraform runs the provisioner, and
+/// `heal` undoing it before the provisioner ends: the apply is recorded once, the ledger shows
+/// one create, the object is Ready.
+async fn apply_through(
+    op: &mut Operator,
+    ledger: &Path,
+    stamp: &str,
+    fault: &str,
+) -> (Duration, f64, f64) {
+    let gate = tempfile::tempdir().unwrap();
+    let gate_file = gate.path().join("go");
+    op.git.commit(
+        "infra",
+        &[("main.tf", &witnessed(ledger, &gate_file, stamp))],
+    );
+    let asked = Instant::now();
+    op.apply(&op.manifest(
+        "w",
+        // A new value each time: a new generation runs at once (no poll to wait for).
+        json!({"approvePlan": "auto", "interval": "1h",
+               "vars": [{"name": "greeting", "value": stamp}]}),
+    ));
+    // (Not `applying`'s 120 s: after a kube-apiserver restart the manager takes up to about
+    // 115 s to see a change, a defect measured here and not yet fixed.)
+    ledger_has_within(ledger, &format!("start-{stamp}"), 240).await;
+    applying(op, "w").await;
+    println!(
+        "{stamp}: from the spec's change to Terraform applying: {:.1} s",
+        asked.elapsed().as_secs_f64()
+    );
+    let (before, unreached_before) = requests(op).await;
+    let down = Instant::now();
+    match fault {
+        "kill kube-apiserver" => op.cluster.kill("kube-apiserver"),
+        "kill etcd" => op.cluster.kill("etcd"),
+        "pause etcd" => op.cluster.pause("etcd"),
+        other => panic!("no such fault {other}"),
+    }
+    // The outage lasts 10 s (the fault's length, not a wait for anything): what the manager
+    // asks meanwhile is read from its own counter.
+    let mut during = (before, unreached_before);
+    while down.elapsed() < OUTAGE {
+        during = requests(op).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let away = down.elapsed();
+    match fault {
+        "kill kube-apiserver" => op.cluster.start_again("kube-apiserver").await.unwrap(),
+        "kill etcd" => op.cluster.start_again("etcd").await.unwrap(),
+        _ => op.cluster.resume("etcd"),
+    }
+    let back = Instant::now();
+    std::fs::write(&gate_file, "").unwrap();
+    let t = op
+        .wait_for("w", "applied after the control plane came back", 180, |t| {
+            ready_with(t, "TerraformAppliedSucceed")
+        })
+        .await;
+    println!(
+        "{fault}: from the control plane back to the object applied: {:.1} s",
+        back.elapsed().as_secs_f64()
+    );
+    let message = support::operator::condition(&t, "Ready").unwrap().2;
+    assert!(message.contains("applied plan"), "{message}");
+    ledger_has(ledger, &format!("done-{stamp}")).await;
+    let starts = ledger_lines(ledger)
+        .iter()
+        .filter(|l| **l == format!("start-{stamp}"))
+        .count();
+    assert_eq!(
+        starts,
+        1,
+        "applied more than once: {:?}",
+        ledger_lines(ledger)
+    );
+    (away, during.0 - before, during.1 - unreached_before)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_apply_survives_the_api_server_and_etcd_killed_or_paused_and_runs_once() {
+    let mut op = Operator::start_with_processes(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    for (stamp, fault) in [
+        ("r1", "kill kube-apiserver"),
+        ("r2", "kill etcd"),
+        ("r3", "pause etcd"),
+    ] {
+        let (away, asked, unreached) = apply_through(&mut op, &ledger, stamp, fault).await;
+        println!(
+            "{fault}: away {:.1} s; the manager's API requests meanwhile {asked} ({unreached} unreached, {:.1}/s)",
+            away.as_secs_f64(),
+            asked / away.as_secs_f64().max(0.001)
+        );
+    }
+    // Three revisions, three creates, each once; nothing else ran.
+    let lines = ledger_lines(&ledger);
+    assert_eq!(
+        lines,
+        [
+            "start-r1", "done-r1", "start-r2", "done-r2", "start-r3", "done-r3"
+        ],
+        "{lines:?}"
+    );
+}
