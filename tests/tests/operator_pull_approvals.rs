@@ -124,33 +124,15 @@ async fn what_approvers_approved_on_the_pull_request_is_applied_after_the_merge_
         .add_collaborator("infra", &gitea.reviewer, "write")
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let secret_file = dir.path().join("secret");
-    std::fs::write(&secret_file, SECRET).unwrap();
-    let op = Operator::start_with(&[
-        "--source-poll-interval",
-        "1h",
-        "--webhook-addr",
-        "127.0.0.1:0",
-        "--webhook-secret-file",
-        secret_file.to_str().unwrap(),
-    ])
-    .await;
-    let receiver = op.manager().webhooks.clone();
-    gitea
-        .call(
-            &gitea.admin,
-            Method::POST,
-            &format!("{}/hooks", repo(&gitea)),
-            Some(json!({
-                "type": "gitea", "active": true,
-                "events": ["push", "pull_request", "pull_request_review_approved",
-                           "pull_request_review_rejected", "issue_comment"],
-                "config": {"url": format!("http://{receiver}/hooks/gitea"), "content_type": "json", "secret": SECRET},
-            })),
-        )
-        .await
-        .unwrap();
+    let (op, receiver, _secret) = support::pulls::with_webhooks(SECRET).await;
+    let events = [
+        "push",
+        "pull_request",
+        "pull_request_review_approved",
+        "pull_request_review_rejected",
+        "issue_comment",
+    ];
+    support::pulls::add_hook(&gitea, &receiver, SECRET, &events).await;
     op.apply(&format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: forge, namespace: team-a}}\nstringData: {{token: {}}}\n",
         gitea.admin.token

@@ -13,7 +13,7 @@ use kube::api::Api;
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::operator::{CONFIG, Operator, pending, ready_with};
-use support::pulls::{comment_where, open, ours, repo, status_where, statuses};
+use support::pulls::{comment_where, deliver, open, ours, repo, sign, status_where, statuses};
 use tfops_testcluster::gitea::Gitea;
 
 const SECRET: &str = "pull-s3cret";
@@ -25,25 +25,6 @@ async fn forge_requests(op: &Operator) -> f64 {
         .filter(|l| l.starts_with("tfops_forge_requests_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-fn sign(body: &[u8]) -> String {
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET.as_bytes());
-    tfops_core::digest::hex(ring::hmac::sign(&key, body).as_ref())
-}
-
-/// Posts `body` to the receiver as a Gitea `pull_request` delivery: its status code.
-async fn deliver(addr: &str, delivery: &str, signature: Option<&str>, body: &[u8]) -> u16 {
-    let mut request = reqwest::Client::new()
-        .post(format!("http://{addr}/hooks/gitea"))
-        .header("X-Gitea-Event", "pull_request")
-        .header("X-Gitea-Delivery", delivery)
-        .header("Content-Type", "application/json")
-        .body(body.to_vec());
-    if let Some(signature) = signature {
-        request = request.header("X-Gitea-Signature", signature);
-    }
-    request.send().await.unwrap().status().as_u16()
 }
 
 fn short(sha: &str) -> &str {
@@ -96,19 +77,7 @@ async fn pull_requests_are_planned_in_one_comment_with_a_status_per_object() {
         .add_collaborator("infra", &gitea.reviewer, "write")
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let secret_file = dir.path().join("secret");
-    std::fs::write(&secret_file, SECRET).unwrap();
-    let op = Operator::start_with(&[
-        "--source-poll-interval",
-        "1h",
-        "--webhook-addr",
-        "127.0.0.1:0",
-        "--webhook-secret-file",
-        secret_file.to_str().unwrap(),
-    ])
-    .await;
-    let receiver = op.manager().webhooks.clone();
+    let (op, receiver, _secret) = support::pulls::with_webhooks(SECRET).await;
     op.apply(&format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: forge, namespace: team-a}}\nstringData: {{token: {}}}\n",
         gitea.admin.token
@@ -143,10 +112,20 @@ async fn pull_requests_are_planned_in_one_comment_with_a_status_per_object() {
         "repository": {"full_name": "tfops-admin/infra", "clone_url": gitea.clone_url("infra")},
     }))
     .unwrap();
-    assert_eq!(deliver(&receiver, "forged", None, &delivery).await, 401);
-    let wrong = sign(b"another body");
     assert_eq!(
-        deliver(&receiver, "forged-2", Some(&wrong), &delivery).await,
+        deliver(&receiver, "pull_request", "forged", None, &delivery).await,
+        401
+    );
+    let wrong = sign(SECRET, b"another body");
+    assert_eq!(
+        deliver(
+            &receiver,
+            "pull_request",
+            "forged-2",
+            Some(&wrong),
+            &delivery
+        )
+        .await,
         401
     );
     assert!(
@@ -154,10 +133,10 @@ async fn pull_requests_are_planned_in_one_comment_with_a_status_per_object() {
         "a refused delivery plans nothing"
     );
     assert!(stored(&op, &format!("tfops-pr-a-{pr}")).await.is_none());
-    let signed = sign(&delivery);
+    let signed = sign(SECRET, &delivery);
     let delivered = Instant::now();
     assert_eq!(
-        deliver(&receiver, "d-1", Some(&signed), &delivery).await,
+        deliver(&receiver, "pull_request", "d-1", Some(&signed), &delivery).await,
         202
     );
 
@@ -175,22 +154,16 @@ async fn pull_requests_are_planned_in_one_comment_with_a_status_per_object() {
         .metadata
         .resource_version;
     assert_eq!(
-        deliver(&receiver, "d-1", Some(&signed), &delivery).await,
+        deliver(&receiver, "pull_request", "d-1", Some(&signed), &delivery).await,
         200
     );
-    gitea
-        .call(
-            &gitea.admin,
-            Method::POST,
-            &format!("{}/hooks", repo(&gitea)),
-            Some(json!({
-                "type": "gitea", "active": true,
-                "events": ["push", "pull_request", "issue_comment"],
-                "config": {"url": format!("http://{receiver}/hooks/gitea"), "content_type": "json", "secret": SECRET},
-            })),
-        )
-        .await
-        .unwrap();
+    support::pulls::add_hook(
+        &gitea,
+        &receiver,
+        SECRET,
+        &["push", "pull_request", "issue_comment"],
+    )
+    .await;
     assert!(
         body.contains("**team-a/a**") && body.contains("`+1 ~0 -0`"),
         "{body}"

@@ -9,28 +9,10 @@ mod support;
 
 use serde_json::json;
 use support::operator::{CONFIG, Operator, ready_with};
+use support::pulls::{deliver, sign};
 use tfops_testcluster::gitea::Gitea;
 
 const SECRET: &str = "webhook-s3cret";
-
-fn sign(body: &[u8]) -> String {
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET.as_bytes());
-    tfops_core::digest::hex(ring::hmac::sign(&key, body).as_ref())
-}
-
-/// Posts `body` to the receiver as a Gitea `push` delivery: its status code.
-async fn deliver(addr: &str, delivery: &str, signature: Option<&str>, body: &[u8]) -> u16 {
-    let mut request = reqwest::Client::new()
-        .post(format!("http://{addr}/hooks/gitea"))
-        .header("X-Gitea-Event", "push")
-        .header("X-Gitea-Delivery", delivery)
-        .header("Content-Type", "application/json")
-        .body(body.to_vec());
-    if let Some(signature) = signature {
-        request = request.header("X-Gitea-Signature", signature);
-    }
-    request.send().await.unwrap().status().as_u16()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_signed_push_reconciles_at_once_and_an_unsigned_one_is_refused() {
@@ -101,20 +83,23 @@ async fn a_signed_push_reconciles_at_once_and_an_unsigned_one_is_refused() {
         "repository": {"full_name": "tfops-admin/infra", "clone_url": url},
     }))
     .unwrap();
-    assert_eq!(deliver(&receiver, "forged-1", None, &forged).await, 401);
-    let wrong = sign(b"something else");
     assert_eq!(
-        deliver(&receiver, "forged-2", Some(&wrong), &forged).await,
+        deliver(&receiver, "push", "forged-1", None, &forged).await,
+        401
+    );
+    let wrong = sign(SECRET, b"something else");
+    assert_eq!(
+        deliver(&receiver, "push", "forged-2", Some(&wrong), &forged).await,
         401
     );
     // Signed, the same delivery twice: accepted once, then answered as a duplicate.
-    let signed = sign(&forged);
+    let signed = sign(SECRET, &forged);
     assert_eq!(
-        deliver(&receiver, "replayed", Some(&signed), &forged).await,
+        deliver(&receiver, "push", "replayed", Some(&signed), &forged).await,
         202
     );
     assert_eq!(
-        deliver(&receiver, "replayed", Some(&signed), &forged).await,
+        deliver(&receiver, "push", "replayed", Some(&signed), &forged).await,
         200
     );
 

@@ -157,8 +157,6 @@ fn action() -> impl Strategy<Value = Action> {
 }
 
 /// What a plan does, as a human reads it in the stored plan: address → (before, after).
-type Changes = std::collections::BTreeMap<String, (Option<String>, Option<String>)>;
-
 struct Model {
     world: FakeWorld,
     keys: [ObjectKey; 2],
@@ -829,24 +827,6 @@ fn check_replay(
         }
     }
     Ok(())
-}
-
-/// The changes of a plan's `show -json` as address → (before, after).
-fn changes_of(json: &str) -> Changes {
-    let doc: serde_json::Value = serde_json::from_str(json).unwrap();
-    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
-    doc["resource_changes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|rc| {
-            let c = &rc["change"];
-            (
-                rc["address"].as_str().unwrap().to_string(),
-                (text(&c["before"]), text(&c["after"])),
-            )
-        })
-        .collect()
 }
 
 /// What changed from `before` to `after`, in the same form.

@@ -14,8 +14,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
 use common::*;
 use proptest::prelude::*;
 use serde_json::json;
@@ -28,8 +26,6 @@ const URL: &str = "https://git.example/team/infra.git";
 const AUTHORS: [&str; 2] = ["dave", "alice"];
 /// alice and bob are approvers; mallory is not.
 const REVIEWERS: [&str; 3] = ["alice", "bob", "mallory"];
-
-type Changes = BTreeMap<String, (Option<String>, Option<String>)>;
 
 #[derive(Debug, Clone)]
 enum Action {
@@ -451,24 +447,6 @@ fn resources(a: u8, b: u8) -> Vec<(&'static str, &'static str)> {
         ("terraform_data.a", VALUES[usize::from(a) % 3]),
         ("terraform_data.b", VALUES[usize::from(b) % 3]),
     ]
-}
-
-/// The changes of a plan's `show -json` as address → (before, after).
-fn changes_of(json: &str) -> Changes {
-    let doc: serde_json::Value = serde_json::from_str(json).unwrap();
-    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
-    doc["resource_changes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|rc| {
-            let c = &rc["change"];
-            (
-                rc["address"].as_str().unwrap().to_string(),
-                (text(&c["before"]), text(&c["after"])),
-            )
-        })
-        .collect()
 }
 
 /// The property, over random histories; the histories must reach the path under test (an

@@ -367,13 +367,7 @@ pub fn summarize(json: &str, kind: PlanKind) -> Result<PlanOutcome, TfError> {
         serde_json::from_str(json.trim()).map_err(|e| TfError::Json(e.to_string()))?;
     let mut out = PlanOutcome::default();
     for rc in v["resource_changes"].as_array().into_iter().flatten() {
-        let actions: Vec<&str> = rc["change"]["actions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a.as_str())
-            .collect();
-        match actions.as_slice() {
+        match tfops_core::plan::actions(rc).as_slice() {
             ["create"] => out.add += 1,
             ["update"] => out.change += 1,
             ["delete"] => out.destroy += 1,

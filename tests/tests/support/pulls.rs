@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::operator::Operator;
 use reqwest::Method;
 use serde_json::json;
 use tfops_core::pulls::MARKER;
@@ -114,4 +115,67 @@ pub async fn status_where(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The signature Gitea sends of `body` with the webhook secret `secret` (`X-Gitea-Signature`).
+pub fn sign(secret: &str, body: &[u8]) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+    tfops_core::digest::hex(ring::hmac::sign(&key, body).as_ref())
+}
+
+/// Posts `body` to the receiver at `addr` as a Gitea delivery of `event`: its status code.
+pub async fn deliver(
+    addr: &str,
+    event: &str,
+    delivery: &str,
+    signature: Option<&str>,
+    body: &[u8],
+) -> u16 {
+    let mut request = reqwest::Client::new()
+        .post(format!("http://{addr}/hooks/gitea"))
+        .header("X-Gitea-Event", event)
+        .header("X-Gitea-Delivery", delivery)
+        .header("Content-Type", "application/json")
+        .body(body.to_vec());
+    if let Some(signature) = signature {
+        request = request.header("X-Gitea-Signature", signature);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
+/// The operator with its webhook receiver on a free port, checking signatures with `secret`,
+/// its poll an hour apart (only deliveries make it look sooner); the receiver's address. The
+/// directory holds the secret's file and must outlive the operator.
+pub async fn with_webhooks(secret: &str) -> (Operator, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("secret");
+    std::fs::write(&secret_file, secret).unwrap();
+    let op = Operator::start_with(&[
+        "--source-poll-interval",
+        "1h",
+        "--webhook-addr",
+        "127.0.0.1:0",
+        "--webhook-secret-file",
+        secret_file.to_str().unwrap(),
+    ])
+    .await;
+    let receiver = op.manager().webhooks.clone();
+    (op, receiver, dir)
+}
+
+/// Makes Gitea deliver `events` of the admin's repository `infra` to `receiver`, signed with
+/// `secret`.
+pub async fn add_hook(gitea: &Gitea, receiver: &str, secret: &str, events: &[&str]) {
+    gitea
+        .call(
+            &gitea.admin,
+            Method::POST,
+            &format!("{}/hooks", repo(gitea)),
+            Some(json!({
+                "type": "gitea", "active": true, "events": events,
+                "config": {"url": format!("http://{receiver}/hooks/gitea"), "content_type": "json", "secret": secret},
+            })),
+        )
+        .await
+        .unwrap();
 }

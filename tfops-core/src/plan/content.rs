@@ -37,6 +37,17 @@ const CHANGE_FIELDS: &[&str] = &[
     "after_sensitive",
 ];
 
+/// The actions of one resource change of `terraform show -json` (`["create"]`,
+/// `["delete", "create"]` for a replacement, ...); none when it has no such field.
+pub fn actions(resource_change: &Value) -> Vec<&str> {
+    resource_change["change"]["actions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 /// The lowercase hex SHA-256 of what the plan in `show_json` would change.
 ///
 /// # Errors

@@ -34,7 +34,7 @@ mod encode;
 mod error;
 mod format;
 
-pub use content::{PlanJsonError, content_digest};
+pub use content::{PlanJsonError, actions, content_digest};
 pub use decode::{ChunkSource, OrderedChunks, PlanDecoder, decode_to_vec, decode_to_writer};
 pub use encode::{ChunkSink, PlanEncoder, encode_reader};
 pub use error::PlanError;

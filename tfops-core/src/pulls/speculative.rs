@@ -175,14 +175,8 @@ pub fn replaced(plan_json: &str) -> Vec<String> {
         .into_iter()
         .flatten()
         .filter(|rc| {
-            let actions: Vec<&str> = rc["change"]["actions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|a| a.as_str())
-                .collect();
             matches!(
-                actions.as_slice(),
+                crate::plan::actions(rc).as_slice(),
                 ["delete", "create"] | ["create", "delete"]
             )
         })

@@ -76,3 +76,24 @@ pub async fn reconcile(w: &FakeWorld, key: &ObjectKey) -> tfops_core::reconcile:
         .expect("driver")
         .expect("object exists")
 }
+
+/// A plan's changes as address → (before, after).
+pub type Changes = std::collections::BTreeMap<String, (Option<String>, Option<String>)>;
+
+/// The changes of a plan's `show -json` as address → (before, after).
+pub fn changes_of(json: &str) -> Changes {
+    let doc: serde_json::Value = serde_json::from_str(json).unwrap();
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    doc["resource_changes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|rc| {
+            let c = &rc["change"];
+            (
+                rc["address"].as_str().unwrap().to_string(),
+                (text(&c["before"]), text(&c["after"])),
+            )
+        })
+        .collect()
+}
