@@ -14,7 +14,7 @@ use kube::api::Api;
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::operator::{CONFIG, Operator, pending, ready_with};
-use support::pulls::{comment_where, open, repo, status_where};
+use support::pulls::{comment_where, open, repo, status_where, stored};
 use tfops_testcluster::gitea::{Gitea, User};
 
 const SECRET: &str = "approvals-s3cret";
@@ -102,13 +102,6 @@ fn message(t: &tfops_kube::Terraform) -> String {
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
         .map(|c| c.message.clone())
         .unwrap_or_default()
-}
-
-async fn stored(op: &Operator, name: &str) -> Option<ConfigMap> {
-    Api::<ConfigMap>::namespaced(op.admin.clone(), "team-a")
-        .get_opt(name)
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

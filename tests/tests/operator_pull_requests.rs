@@ -8,12 +8,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::operator::{CONFIG, Operator, pending, ready_with};
-use support::pulls::{comment_where, deliver, open, ours, repo, sign, status_where, statuses};
+use support::pulls::{
+    comment_where, deliver, open, ours, repo, sign, status_where, statuses, stored,
+};
 use tfops_testcluster::gitea::Gitea;
 
 const SECRET: &str = "pull-s3cret";
@@ -51,13 +52,6 @@ fn objects(op: &Operator, gitea: &Gitea) -> String {
         ),
     ]
     .join("---\n")
-}
-
-async fn stored(op: &Operator, name: &str) -> Option<ConfigMap> {
-    Api::<ConfigMap>::namespaced(op.admin.clone(), "team-a")
-        .get_opt(name)
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

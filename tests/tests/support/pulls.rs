@@ -179,3 +179,11 @@ pub async fn add_hook(gitea: &Gitea, receiver: &str, secret: &str, events: &[&st
         .await
         .unwrap();
 }
+
+/// The ConfigMap `name` of `team-a` (a pull request's plan), when there is one.
+pub async fn stored(op: &Operator, name: &str) -> Option<k8s_openapi::api::core::v1::ConfigMap> {
+    kube::Api::namespaced(op.admin.clone(), "team-a")
+        .get_opt(name)
+        .await
+        .unwrap()
+}
