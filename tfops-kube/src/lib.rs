@@ -34,6 +34,7 @@ pub mod runner;
 pub mod runner_stores;
 pub mod state;
 pub mod validation;
+pub mod watch_backoff;
 pub mod yaml;
 
 pub use credentials::KubeCredentials;

@@ -29,6 +29,7 @@ use tfops_core::reconcile::{
     DependencyState, DependencyView, Driver, DriverError, RunReport, StepKind,
 };
 
+use crate::watch_backoff::{already_waited, watch_backoff};
 use crate::{KubeEventSink, Terraform};
 use index::{DependsIndex, dependencies_of};
 pub use poll::DEFAULT_INTERVAL as DEFAULT_SOURCE_POLL_INTERVAL;
@@ -379,16 +380,23 @@ fn controller(
     };
     let selected = watcher::Config::default().labels(&settings.shard.selector());
     let objects = watcher(scope.api.clone(), selected.clone())
-        .default_backoff()
+        .backoff(watch_backoff())
         .modify(slim)
         .reflect(scope.writer)
         .applied_objects();
     let wake = queues.clone();
     kube_runtime::Controller::for_stream(objects, scope.reader)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+        // Every trigger below waits after its own errors (crate::watch_backoff).
+        .trigger_backoff(already_waited())
         // The same objects again, for their relations: a dependency whose readiness changed
         // requeues the objects that wait for it, a dependant being deleted its dependencies.
-        .watches(scope.api, selected, mapper)
+        .watches_stream(
+            watcher(scope.api, selected)
+                .backoff(watch_backoff())
+                .touched_objects(),
+            mapper,
+        )
         // A quota's change wakes the longest waiters for a runner Pod.
         .watches_stream(
             queue::quota_changes(scope.quota_api, scope.quota_writer),
@@ -399,27 +407,6 @@ fn controller(
             Some(ObjectRef::from_obj(&tf))
         })
         .graceful_shutdown_on(shutdown)
-}
-
-/// The source poller, started when it polls on its own or a webhook can ask it to.
-fn start_poller(
-    ports: &Ports,
-    stores: &[Store<Terraform>],
-    wakers: Vec<futures::channel::mpsc::UnboundedSender<Terraform>>,
-    settings: &Settings,
-) -> Option<(Arc<SourcePoller>, tokio::task::JoinHandle<()>)> {
-    let every = settings
-        .source_poll_interval
-        .filter(|every| !every.is_zero());
-    (every.is_some() || settings.poll_now.is_some()).then(|| {
-        let poller = Arc::new(SourcePoller::new(
-            ports.source.clone(),
-            stores.to_vec(),
-            wakers,
-        ));
-        let now = settings.poll_now.clone().unwrap_or_default();
-        (poller.clone(), tokio::spawn(poller.run(every, now)))
-    })
 }
 
 /// Runs the controller until `shutdown` resolves (reconciles under way finish first).
@@ -446,7 +433,7 @@ pub async fn run(
         .map(|_| futures::channel::mpsc::unbounded::<Terraform>())
         .unzip();
     settings.stores.set_wakers(wakers.clone());
-    let poller = start_poller(&ports, &stores, wakers, &settings);
+    let poller = poll::start_poller(&ports, &stores, wakers, &settings);
     let controllers: Vec<Controller<Terraform>> = scoped
         .into_iter()
         .zip(woken)

@@ -24,10 +24,11 @@ use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use kube::runtime::reflector::Store;
 use tfops_core::api::{ObjectKey, SourceKind, SourceRef, TerraformObject};
-use tfops_core::ports::SourcePort;
+use tfops_core::ports::{Ports, SourcePort};
 use tfops_core::reconcile::{Outcome, RunReport, StepKind};
 use tfops_core::source::repository_id;
 
+use super::Settings;
 use crate::Terraform;
 
 /// Sources resolved at once while polling.
@@ -321,6 +322,27 @@ fn pollable(object: &TerraformObject) -> bool {
 
 /// How often sources are polled by default.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The source poller, started when it polls on its own or a webhook can ask it to.
+pub(super) fn start_poller(
+    ports: &Ports,
+    stores: &[Store<Terraform>],
+    wakers: Vec<futures::channel::mpsc::UnboundedSender<Terraform>>,
+    settings: &Settings,
+) -> Option<(Arc<SourcePoller>, tokio::task::JoinHandle<()>)> {
+    let every = settings
+        .source_poll_interval
+        .filter(|every| !every.is_zero());
+    (every.is_some() || settings.poll_now.is_some()).then(|| {
+        let poller = Arc::new(SourcePoller::new(
+            ports.source.clone(),
+            stores.to_vec(),
+            wakers,
+        ));
+        let now = settings.poll_now.clone().unwrap_or_default();
+        (poller.clone(), tokio::spawn(poller.run(every, now)))
+    })
+}
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

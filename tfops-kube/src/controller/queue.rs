@@ -174,7 +174,7 @@ pub(super) fn quota_changes(
     writer: Writer<ResourceQuota>,
 ) -> impl Stream<Item = Result<ResourceQuota, watcher::Error>> + Send + 'static {
     watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::watch_backoff::watch_backoff())
         .modify(|q| q.metadata.managed_fields = None)
         .reflect(writer)
         .touched_objects()

@@ -61,7 +61,9 @@ impl PodWatch {
     /// Resolves when the Pod dies, is deleted or replaced, with why.
     pub async fn died(&self) -> PortError {
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
-        let mut events = watcher(self.pods.clone(), config).default_backoff().boxed();
+        let mut events = watcher(self.pods.clone(), config)
+            .backoff(crate::watch_backoff::watch_backoff())
+            .boxed();
         while let Some(event) = events.next().await {
             match event {
                 Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {

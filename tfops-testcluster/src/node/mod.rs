@@ -37,7 +37,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 pub use container::image_name;
@@ -374,7 +374,7 @@ async fn watch_node(context: Arc<Context>, state: Arc<State>) {
     use std::sync::atomic::Ordering;
     let nodes: Api<Node> = Api::all(context.client.clone());
     let config = watcher::Config::default().fields(&format!("metadata.name={}", context.node));
-    let mut events = std::pin::pin!(watcher(nodes, config));
+    let mut events = std::pin::pin!(watcher(nodes, config).backoff(Retry));
     while let Some(event) = events.next().await {
         let node = match event {
             Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => n,
@@ -418,7 +418,7 @@ async fn watch_node(context: Arc<Context>, state: Arc<State>) {
 /// Watches every Pod and acts on each change: bind, start, terminate.
 async fn run(context: Arc<Context>, state: Arc<State>) {
     let pods: Api<Pod> = Api::all(context.client.clone());
-    let mut events = std::pin::pin!(watcher(pods, watcher::Config::default()));
+    let mut events = std::pin::pin!(watcher(pods, watcher::Config::default()).backoff(Retry));
     while let Some(event) = events.next().await {
         let changed = match event {
             Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => vec![(p, false)],
@@ -436,4 +436,21 @@ async fn run(context: Arc<Context>, state: Arc<State>) {
             pod::sync(&context, &state, value, gone).await;
         }
     }
+}
+
+/// The node agent's watches look again half a second after an error: no hot loop while the
+/// API server is away (a test kills it), and Pods started soon after it is back (client-go's
+/// default, up to a minute, would make every such test wait on the node rather than on tfops).
+struct Retry;
+
+impl Iterator for Retry {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::from_millis(500))
+    }
+}
+
+impl kube::runtime::utils::Backoff for Retry {
+    fn reset(&mut self) {}
 }

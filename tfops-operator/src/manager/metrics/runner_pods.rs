@@ -79,7 +79,7 @@ impl RunnerPods {
                 let (reader, writer) = reflector::store();
                 readers.push(reader);
                 watcher(api, watcher::Config::default().labels(SELECTOR))
-                    .default_backoff()
+                    .backoff(tfops_kube::watch_backoff::watch_backoff())
                     // Only the labels and the phase are counted.
                     .modify(|pod: &mut Pod| {
                         pod.spec = None;
