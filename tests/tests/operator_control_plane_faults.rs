@@ -218,3 +218,77 @@ async fn a_change_right_after_the_api_server_restarts_is_acted_on_within_seconds
     let message = support::operator::condition(&t, "Ready").unwrap().2;
     assert!(message.contains("applied plan"), "{message}");
 }
+
+/// Regression (found by the soak, seed 20261205): an apply whose end came while the
+/// kube-apiserver was away could not write its state; the runner Pod went with Terraform's
+/// `errored.tfstate`, the next run planned from the state before and created the resource a
+/// second time. Now the runner pushes that state once the API server is back: one create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_apply_ending_while_the_api_server_is_away_keeps_its_state_and_creates_once() {
+    let mut op = Operator::start_with_processes(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, gate) = (dir.path().join("ledger"), dir.path().join("go"));
+    op.git
+        .commit("infra", &[("main.tf", &witnessed(&ledger, &gate, "s1"))]);
+    op.apply(&op.manifest(
+        "w",
+        json!({"approvePlan": "auto", "vars": [{"name": "greeting", "value": "s1"}]}),
+    ));
+    ledger_has(&ledger, "start-s1").await;
+    op.cluster.kill("kube-apiserver");
+    std::fs::write(&gate, "").unwrap();
+    ledger_has(&ledger, "done-s1").await;
+    // Terraform now ends and cannot write the state; the server stays away a while longer
+    // (the outage's length, not a wait for anything).
+    tokio::time::sleep(OUTAGE).await;
+    op.cluster.start_again("kube-apiserver").await.unwrap();
+    let settled = |t: &tfops_kube::Terraform| {
+        let generation = t.metadata.generation.unwrap_or_default();
+        t.status.as_ref().is_some_and(|s| {
+            s.observed_generation >= generation
+                && s.active_run.is_none()
+                && s.conditions.iter().any(|c| {
+                    c.type_ == "Ready" && c.status == tfops_core::conditions::ConditionStatus::True
+                })
+        })
+    };
+    op.wait_for("w", "Ready after the API server came back", 180, settled)
+        .await;
+    // A fresh plan from the state as the backend holds it: nothing to create.
+    let runs = runs_of(&op, "w").await;
+    op.terraforms()
+        .patch(
+            "w",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                "infra.argocd.io/replan": "again",
+                "infra.argocd.io/reconcile": "again",
+            }}})),
+        )
+        .await
+        .unwrap();
+    op.wait_for_runs("w", runs + 1).await;
+    let t = op.wait_for("w", "re-planned", 120, settled).await;
+    let starts = ledger_lines(&ledger)
+        .iter()
+        .filter(|l| *l == "start-s1")
+        .count();
+    assert_eq!(
+        starts,
+        1,
+        "created again: {:?} {t:?}",
+        ledger_lines(&ledger)
+    );
+}
+
+/// How many runs the history of `name` (in `team-a`) holds.
+async fn runs_of(op: &Operator, name: &str) -> usize {
+    let maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(op.admin.clone(), "team-a");
+    maps.get_opt(&tfops_kube::history::history_name(name))
+        .await
+        .unwrap()
+        .and_then(|m| m.data?.get("runs.json").cloned())
+        .and_then(|j| serde_json::from_str::<Vec<serde_json::Value>>(&j).ok())
+        .map_or(0, |runs| runs.len())
+}

@@ -7,6 +7,8 @@
 //! - [`workdir`]: the working directory: backend override, variables, file mappings, CLI config.
 //! - [`refusal`]: a TLS refusal between controller and runner, found in an error's causes and
 //!   put in words.
+//! - [`state_rescue`]: the state of an apply or destroy that Terraform could not write at its
+//!   end (the API server away), pushed once the backend takes it.
 //! - [`stores`]: what the runner writes for its object (plans, outputs), given by the
 //!   composition root.
 
@@ -15,6 +17,7 @@ pub mod exec;
 pub mod process;
 pub mod refusal;
 pub mod server;
+pub mod state_rescue;
 pub mod stores;
 pub mod terraform;
 pub mod tls;

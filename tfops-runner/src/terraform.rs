@@ -94,7 +94,12 @@ pub struct Io {
 }
 
 impl Terraform {
-    async fn exec(&self, args: &[String], io: &Io, capture: bool) -> Result<Exit, TfError> {
+    pub(crate) async fn exec(
+        &self,
+        args: &[String],
+        io: &Io,
+        capture: bool,
+    ) -> Result<Exit, TfError> {
         let inv = Invocation {
             program: self.program.clone(),
             args: args.to_vec(),
@@ -237,13 +242,11 @@ impl Terraform {
     /// # Errors
     /// [`TfError`].
     pub async fn apply(&self, io: &Io) -> Result<(), TfError> {
-        self.checked(
+        self.changing(
             &args(&["apply", "-input=false", "-no-color", PLAN_FILE]),
             io,
-            false,
         )
         .await
-        .map(drop)
     }
 
     /// `output -json`: name → (JSON value, sensitive).
@@ -301,7 +304,7 @@ impl Terraform {
         if parallelism > 0 {
             a.push(format!("-parallelism={parallelism}"));
         }
-        self.checked(&a, io, false).await.map(drop)
+        self.changing(&a, io).await
     }
 
     /// `force-unlock -force <lock_id>`.
@@ -329,12 +332,12 @@ impl Terraform {
     }
 }
 
-fn args(a: &[&str]) -> Vec<String> {
+pub(crate) fn args(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| (*s).to_string()).collect()
 }
 
 /// A failed command as an error: a held lock is recognised from Terraform's "Lock Info".
-fn failure(exit: &Exit) -> TfError {
+pub(crate) fn failure(exit: &Exit) -> TfError {
     let err = &exit.stderr;
     if err.contains("Error acquiring the state lock") || err.contains("Error locking state") {
         let field = |name: &str| {
