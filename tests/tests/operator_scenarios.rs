@@ -238,3 +238,71 @@ async fn the_concurrency_limit_holds_across_watched_namespaces() {
         "one run at a time across both namespaces"
     );
 }
+
+/// Regression (found by the soak, seed 20261205): a commit elsewhere in the repository moved
+/// the shared source past the revision an approved (manual) dependency applied; its dependant
+/// then waited for it to "apply" the new revision, which it never would (nothing of its own
+/// changed), writing its status again and again meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dependant_follows_a_manual_dependency_when_the_source_moves_elsewhere() {
+    let op = Operator::start_with(&["--source-poll-interval", "2s"]).await;
+    let config = support::operator::CONFIG;
+    op.git
+        .commit("infra", &[("a/main.tf", config), ("d/main.tf", config)]);
+    op.apply(&op.manifest("a", json!({"approvePlan": "", "path": "a"})));
+    op.apply(&op.manifest(
+        "d",
+        json!({"approvePlan": "auto", "path": "d", "dependsOn": [{"name": "a"}]}),
+    ));
+    let planned = op
+        .wait_for("a", "planned", 120, |t| {
+            !support::operator::pending(t).is_empty()
+        })
+        .await;
+    let plan = support::operator::pending(&planned);
+    // The repository moves on elsewhere while a's plan waits for its approval.
+    let head = op
+        .git
+        .commit("infra", &[("docs/readme.txt", "nothing of a or d\n")]);
+    let seen = head.clone();
+    op.wait_for("a", "looked at the new revision", 60, move |t| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.last_attempted_revision.as_deref())
+            .is_some_and(|r| r.ends_with(&seen))
+    })
+    .await;
+    op.approve("a", &plan, "first").await;
+    op.wait_for("a", "applied", 120, applied).await;
+    let d = op
+        .wait_for("d", "applied at the new revision", 120, move |t| {
+            applied(t)
+                && t.status
+                    .as_ref()
+                    .and_then(|s| s.last_applied_revision.as_deref())
+                    .is_some_and(|r| r.ends_with(&head))
+        })
+        .await;
+    // And then quiet: no status written again and again.
+    let version = d.metadata.resource_version.clone();
+    let mut writes = 0;
+    let began = std::time::Instant::now();
+    let api: Api<Terraform> = Api::namespaced(op.admin.clone(), "team-a");
+    let mut events = watcher(api, watcher::Config::default().fields("metadata.name=d")).boxed();
+    while let Ok(Some(event)) = tokio::time::timeout(
+        Duration::from_secs(10).saturating_sub(began.elapsed()),
+        events.next(),
+    )
+    .await
+    {
+        if let Ok(watcher::Event::Apply(t)) = event
+            && t.metadata.resource_version != version
+        {
+            writes += 1;
+        }
+    }
+    assert!(
+        writes <= 1,
+        "{writes} status writes in 10 s with nothing to do"
+    );
+}

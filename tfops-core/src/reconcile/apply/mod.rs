@@ -12,7 +12,7 @@ mod identity;
 pub(super) use identity::{Verified, changed_message, hand_over};
 
 use super::approval::Given;
-use super::model::{Step, StepKind};
+use super::model::{Outcome, Step, StepKind};
 use super::plan::{Planned, no_changes, plan_kind, record_pending};
 use super::run::{Done, End, Run, Stop};
 use crate::api::{ActiveRun, ApprovePlan, PolicyViolation};
@@ -140,12 +140,29 @@ pub(super) fn resumed(run: &mut Run<'_>, active: &ActiveRun) -> Result<Done, Sto
     })
 }
 
+/// The revision `what` counts as applied at: its own, or the one this run resolved when the
+/// comparison found nothing of the object's changed since the plan's (the plan kept its
+/// revision so that an approval given for it still counted, and the object's files at the
+/// resolved revision are those applied). Without this, a dependant of the same source would
+/// wait for the resolved revision to be applied, which no run would ever record.
+fn applied_as(run: &Run<'_>, what: &ActiveRun) -> String {
+    let untouched = run
+        .s
+        .progress
+        .latest(StepKind::CompareSource)
+        .is_some_and(|r| matches!(&r.result, Ok(Outcome::SourceCompared { touched: None })));
+    match &run.st.last_attempted_revision {
+        Some(resolved) if untouched && *resolved != what.revision => resolved.clone(),
+        _ => what.revision.clone(),
+    }
+}
+
 /// Records `what` as applied (by this run, or by the run attached to): the last applied
 /// revision, plan, content and inputs, and the `Apply` condition. A destroy ends the run: there
 /// are no outputs left to read.
 fn record_applied(run: &mut Run<'_>, what: &ActiveRun, message: String) -> Result<(), Stop> {
     applied_by(run, what);
-    run.st.last_applied_revision = Some(what.revision.clone());
+    run.st.last_applied_revision = Some(applied_as(run, what));
     if !what.inputs_digest.is_empty() {
         run.st.last_applied_inputs_digest = Some(what.inputs_digest.clone());
     }
