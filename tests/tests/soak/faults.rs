@@ -388,10 +388,11 @@ impl Soak {
                 let replica = &mut self.replicas[r];
                 let lost_lease = replica.logs.last().is_some_and(|log| {
                     let log = log.lock().unwrap();
+                    // Its last error (a backtrace may follow it).
                     log.iter()
                         .rev()
-                        .take(5)
-                        .any(|l| l.contains("lost the leader Lease"))
+                        .take(200)
+                        .any(|l| l.starts_with("Error: lost the leader Lease"))
                 });
                 if replica.caused_exits > 0 {
                     replica.caused_exits -= 1;
