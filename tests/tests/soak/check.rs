@@ -185,68 +185,65 @@ fn not_converged(converged: &Converged) -> Vec<String> {
         .collect()
 }
 
-/// A step of one manager on an object, from its JSON log line.
-struct Step {
-    at: jiff::Timestamp,
+/// One manager process as its log tells: when it began to lead, and when it started or
+/// finished a step successfully (on which object).
+struct Leader {
     who: String,
-    object: String,
-    started: bool,
+    led_at: jiff::Timestamp,
+    acted: Vec<(jiff::Timestamp, String)>,
 }
 
-fn steps(soak: &Soak) -> Vec<Step> {
-    let mut steps = Vec::new();
+fn leaders(soak: &Soak) -> Vec<Leader> {
+    let mut leaders = Vec::new();
     for r in &soak.replicas {
-        for log in &r.logs {
+        for (n, log) in r.logs.iter().enumerate() {
+            let mut led_at = None;
+            let mut acted = Vec::new();
             for line in log.lock().unwrap().iter() {
                 let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
                     continue;
                 };
-                let started = match v["message"].as_str() {
-                    Some("step started") => true,
-                    Some("step succeeded" | "step failed") => false,
-                    _ => continue,
-                };
-                let (Some(at), Some(object)) = (
-                    v["timestamp"].as_str().and_then(|t| t.parse().ok()),
-                    v["object"].as_str(),
-                ) else {
+                let Some(at) = v["timestamp"].as_str().and_then(|t| t.parse().ok()) else {
                     continue;
                 };
-                steps.push(Step {
-                    at,
-                    who: r.identity.clone(),
-                    object: object.to_string(),
-                    started,
+                match v["message"].as_str() {
+                    Some("leading") => led_at = led_at.or(Some(at)),
+                    Some("step started" | "step succeeded") => {
+                        let object = v["object"].as_str().unwrap_or_default().to_string();
+                        acted.push((at, object));
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(led_at) = led_at {
+                leaders.push(Leader {
+                    who: format!("{} (process {n})", r.identity),
+                    led_at,
+                    acted,
                 });
             }
         }
     }
-    steps.sort_by_key(|s| s.at);
-    steps
+    leaders
 }
 
-/// A manager that finished a step on an object after another manager had started one on it
-/// while the first's was under way: both acted on it at once.
+/// A manager process that started a step, or finished one successfully, after the process
+/// that took the leadership over from it had begun to act: two leaders at once. (A step that
+/// failed because the fence refused its requests did nothing.)
 fn two_leaders(soak: &Soak) -> Vec<String> {
-    let steps = steps(soak);
-    let mut open: BTreeMap<(String, String), jiff::Timestamp> = BTreeMap::new();
+    let leaders = leaders(soak);
     let mut cases = Vec::new();
-    for s in &steps {
-        let key = (s.object.clone(), s.who.clone());
-        if s.started {
-            open.insert(key, s.at);
-            continue;
-        }
-        let Some(began) = open.remove(&key) else {
-            continue;
-        };
-        if let Some(other) = steps.iter().find(|o| {
-            o.started && o.object == s.object && o.who != s.who && o.at > began && o.at < s.at
-        }) {
-            cases.push(format!(
-                "{}: {} started a step at {} while {}'s step ran ({} to {})",
-                s.object, other.who, other.at, s.who, began, s.at
-            ));
+    for old in &leaders {
+        for new in leaders.iter().filter(|l| l.led_at > old.led_at) {
+            let Some(began) = new.acted.iter().map(|a| a.0).min() else {
+                continue;
+            };
+            if let Some((at, object)) = old.acted.iter().find(|a| a.0 > began) {
+                cases.push(format!(
+                    "{} acted on {object} at {at}, after {} (leading since {}) began at {began}",
+                    old.who, new.who, new.led_at
+                ));
+            }
         }
     }
     cases

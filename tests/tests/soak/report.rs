@@ -184,7 +184,8 @@ fn keep(soak: &Soak, report: &str) {
             let _ = std::fs::write(out.join(format!("{}-{n}.log", rep.identity)), text);
         }
     }
-    for component in ["etcd", "kube-apiserver", "kube-controller-manager"] {
+    // `audit` is the API server's audit log (metadata of every request: who wrote what when).
+    for component in ["etcd", "kube-apiserver", "kube-controller-manager", "audit"] {
         let _ = std::fs::write(
             out.join(format!("{component}.log")),
             soak.op.cluster.log(component),

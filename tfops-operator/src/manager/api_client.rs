@@ -1,7 +1,9 @@
 //! The manager's Kubernetes client: kube's own service stack with one more tower layer that
 //! holds every request to `--kube-api-qps` (with `--kube-api-burst` above it) and counts
 //! requests by HTTP method and status code, as client-go's rate limiter and its
-//! `rest_client_requests_total` do for Go controllers.
+//! `rest_client_requests_total` do for Go controllers. With leader election it also keeps
+//! the leader's fence ([`super::fence`]): past the leader's authority, every request but the
+//! election's own is refused before it is sent.
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -13,13 +15,18 @@ use std::time::Duration;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tower::{Layer, Service};
 
+use super::fence::{Fence, NotLeading, exempt};
 use super::metrics::Metrics;
 
-/// The layer: a rate limiter shared by every request, and the metrics.
+/// A request's error: the wrapped service's, or [`NotLeading`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The layer: a rate limiter shared by every request, the metrics, and the leader's fence.
 #[derive(Clone)]
 pub struct ApiLayer {
     limiter: Option<Arc<DefaultDirectRateLimiter>>,
     metrics: Arc<Metrics>,
+    fence: Fence,
 }
 
 impl ApiLayer {
@@ -35,7 +42,18 @@ impl ApiLayer {
                 .allow_burst(burst);
             Arc::new(RateLimiter::direct(quota))
         });
-        Self { limiter, metrics }
+        Self {
+            limiter,
+            metrics,
+            fence: Fence::default(),
+        }
+    }
+
+    /// Requests are refused past `fence` (but the leader election's own).
+    #[must_use]
+    pub fn fenced(mut self, fence: Fence) -> Self {
+        self.fence = fence;
+        self
     }
 }
 
@@ -67,9 +85,10 @@ impl<S, B, R> Service<http::Request<B>> for ApiService<S>
 where
     S: Service<http::Request<B>, Response = http::Response<R>>,
     S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
 {
     type Response = S::Response;
-    type Error = S::Error;
+    type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -86,11 +105,14 @@ where
             }
             self.permitted = true;
         }
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         self.permitted = false;
+        if !exempt(request.uri().path()) && !self.layer.fence.open() {
+            return Box::pin(async { Err(NotLeading.into()) });
+        }
         let metrics = self.layer.metrics.clone();
         let method = request.method().as_str().to_string();
         let response = self.inner.call(request);
@@ -98,7 +120,7 @@ where
             let response = response.await;
             let code = response.as_ref().map_or(0, |r| r.status().as_u16());
             metrics.api_request(&method, code);
-            response
+            response.map_err(Into::into)
         })
     }
 }

@@ -1,12 +1,17 @@
 //! Leader election on a Lease (`kube-lease-manager`: server-side apply of the Lease, renewal
 //! before expiry): only the leader reconciles; a standby takes over within the lease duration
-//! once the leader stops renewing.
+//! once the leader stops renewing. The leader's authority is fenced ([`super::fence`]): a
+//! guard reads the Lease and lets this replica act only two thirds of the duration past the
+//! last renewal it saw of its own.
 
 use std::time::Duration;
 
 use anyhow::Context;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
 use tokio::sync::watch;
+
+use super::fence::{Fence, authority};
 
 /// Leadership: wait for it, learn when it is lost, and release it.
 pub struct Leadership {
@@ -14,6 +19,9 @@ pub struct Leadership {
     task: tokio::task::JoinHandle<
         Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>,
     >,
+    fence: Fence,
+    guard: Option<tokio::task::JoinHandle<()>>,
+    lease: (kube::Api<Lease>, String, String, Duration),
 }
 
 impl Leadership {
@@ -27,10 +35,12 @@ impl Leadership {
         name: &str,
         identity: &str,
         duration: Duration,
+        fence: Fence,
     ) -> anyhow::Result<Self> {
         let seconds = duration.as_secs().max(3);
         // Renew a third of the lease before it ends: room for clock skew and a slow API.
         let params = LeaseParams::new(identity, seconds, (seconds / 3).max(1));
+        let leases = kube::Api::namespaced(client.clone(), namespace);
         let manager = LeaseManagerBuilder::new(client, name)
             .with_namespace(namespace)
             .with_parameters(params)
@@ -38,10 +48,21 @@ impl Leadership {
             .await
             .with_context(|| format!("joining the leader election on Lease {namespace}/{name}"))?;
         let (leading, task) = manager.watch().await;
-        Ok(Self { leading, task })
+        Ok(Self {
+            leading,
+            task,
+            fence,
+            guard: None,
+            lease: (
+                leases,
+                name.to_string(),
+                identity.to_string(),
+                Duration::from_secs(seconds),
+            ),
+        })
     }
 
-    /// Resolves once this replica leads.
+    /// Resolves once this replica leads; from then on its authority is fenced.
     pub async fn acquired(&mut self) {
         while !*self.leading.borrow_and_update() {
             if self.leading.changed().await.is_err() {
@@ -49,21 +70,65 @@ impl Leadership {
                 std::future::pending::<()>().await;
             }
         }
+        let (leases, name, identity, duration) = self.lease.clone();
+        self.fence
+            .until(std::time::Instant::now() + authority(duration, Duration::ZERO));
+        let fence = self.fence.clone();
+        self.guard = Some(tokio::spawn(guard(leases, name, identity, duration, fence)));
     }
 
     /// Gives the Lease up (the election task frees it once nobody listens), so that a standby
     /// leads at once instead of after the lease duration; waits at most five seconds.
     pub async fn release(self) {
+        if let Some(guard) = &self.guard {
+            guard.abort();
+        }
         drop(self.leading);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
     }
 
-    /// Resolves when this replica stops leading.
+    /// Resolves when this replica stops leading: the election says so, or its authority
+    /// ran out (the Lease not seen renewed in time).
     pub async fn lost(&mut self) {
-        while *self.leading.borrow_and_update() {
-            if self.leading.changed().await.is_err() {
-                return;
+        let fence = self.fence.clone();
+        let said = async {
+            while *self.leading.borrow_and_update() {
+                if self.leading.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            () = said => {}
+            () = fence.ended() => {}
+        }
+    }
+}
+
+/// Reads the Lease every sixth of its duration: while it names this replica, the authority
+/// lasts two thirds of the duration past its last renewal; once it names another, it ends.
+/// A read that fails changes nothing: the authority runs out on its own.
+async fn guard(
+    leases: kube::Api<Lease>,
+    name: String,
+    me: String,
+    duration: Duration,
+    fence: Fence,
+) {
+    let every = (duration / 6).max(Duration::from_millis(500));
+    loop {
+        if let Ok(Some(lease)) = leases.get_opt(&name).await {
+            let spec = lease.spec.unwrap_or_default();
+            if spec.holder_identity.as_deref() == Some(me.as_str()) {
+                let renewed = spec.renew_time.map(|t| t.0);
+                let age = renewed
+                    .and_then(|t| jiff::Timestamp::now().duration_since(t).try_into().ok())
+                    .unwrap_or(Duration::ZERO);
+                fence.until(std::time::Instant::now() + authority(duration, age));
+            } else {
+                fence.close();
             }
         }
+        tokio::time::sleep(every).await;
     }
 }

@@ -7,6 +7,7 @@
 //! and records its result (it never applies twice).
 
 pub mod api_client;
+pub mod fence;
 pub mod flags;
 pub mod leader;
 pub mod metrics;
@@ -171,6 +172,23 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     run_with_runner(flags, None).await
 }
 
+/// The manager's Kubernetes client (rate-limited, counted, and fenced: [`fence`]) and its
+/// fence, unlimited until this replica leads.
+async fn client(
+    flags: &Flags,
+    metrics: &Arc<metrics::Metrics>,
+) -> anyhow::Result<(kube::Client, fence::Fence)> {
+    let config = kube::Config::infer()
+        .await
+        .context("finding the Kubernetes configuration (in-cluster, or KUBECONFIG)")?;
+    let fence = fence::Fence::default();
+    let layer =
+        api_client::ApiLayer::new(flags.kube_api_qps, flags.kube_api_burst, metrics.clone())
+            .fenced(fence.clone());
+    let client = api_client::client(config, &layer).context("building the Kubernetes client")?;
+    Ok((client, fence))
+}
+
 /// [`run`] with another [`RunnerPort`](tfops_core::ports::RunnerPort) than runner Pods, when
 /// given (see [`crate::cluster::run_with_runner`]).
 ///
@@ -180,13 +198,8 @@ pub async fn run_with_runner(
     flags: Flags,
     runner: Option<Arc<dyn tfops_core::ports::RunnerPort>>,
 ) -> anyhow::Result<()> {
-    let config = kube::Config::infer()
-        .await
-        .context("finding the Kubernetes configuration (in-cluster, or KUBECONFIG)")?;
     let metrics = Arc::new(metrics::Metrics::new());
-    let layer =
-        api_client::ApiLayer::new(flags.kube_api_qps, flags.kube_api_burst, metrics.clone());
-    let client = api_client::client(config, &layer).context("building the Kubernetes client")?;
+    let (client, fence) = client(&flags, &metrics).await?;
     let identity = flags.identity.clone().unwrap_or_else(|| {
         std::env::var("HOSTNAME")
             .unwrap_or_else(|_| format!("tfops-manager-{}", std::process::id()))
@@ -232,6 +245,7 @@ pub async fn run_with_runner(
         &flags.lease_name(),
         &identity,
         flags.leader_election_lease_duration,
+        fence,
     )
     .await?;
     ready.store(true, Ordering::Relaxed);
