@@ -162,3 +162,82 @@ async fn a_leader_killed_mid_apply_is_followed_by_the_standby_attaching_to_it() 
     wait_holder(&op, |h| h == Some("m2")).await;
     support::operator::attached_once(&op, "vpc").await;
 }
+
+/// A leader stopped past its Lease (`SIGSTOP`) and continued after the standby took over does
+/// nothing more and stops. The soak (seed 20261205) saw an old leader, cut off by an etcd
+/// restart, finish a step after the new one began; the fence (`manager::fence`) ends its
+/// authority three quarters of the Lease's duration after its last renewal. (This test also
+/// passed with the fence disabled: the old leader noticed its loss before it had work left;
+/// the race is the soak's to find, the fence's rules are unit-tested.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_stopped_past_its_lease_acts_on_nothing_once_continued() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let op = Operator::prepare().await;
+    let mut first = start(&op, "m1");
+    wait_holder(&op, |h| h == Some("m1")).await;
+    let second = start(&op, "m2");
+    op.apply(&op.manifest("one", json!({"approvePlan": "auto"})));
+    op.wait_for("one", "applied", 120, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+    let pid = Pid::from_raw(first.child.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    // Work for whoever leads: a new generation.
+    op.apply(&op.manifest(
+        "one",
+        json!({"approvePlan": "auto", "vars": [{"name": "greeting", "value": "again"}]}),
+    ));
+    wait_holder(&op, |h| h == Some("m2")).await;
+    op.wait_for("one", "applied by the new leader", 120, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+    kill(pid, Signal::SIGCONT).unwrap();
+    let status = tokio::task::spawn_blocking(move || {
+        let status = first.child.wait().unwrap();
+        (status, first.log.lock().unwrap().clone())
+    });
+    let (status, log) = tokio::time::timeout(Duration::from_secs(30), status)
+        .await
+        .expect("the old leader stops once continued")
+        .unwrap();
+    assert!(!status.success(), "{status:?}");
+    let took_over = second
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["message"] == "leading")
+        .and_then(|l| l["timestamp"].as_str().map(String::from))
+        .unwrap();
+    let acted: Vec<_> = log
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        // A step that did something: not a look at the source, and not one the fence
+        // stopped (it logs "step failed").
+        .filter(|l| l["message"] == "step succeeded")
+        .filter(|l| {
+            !matches!(
+                l["step"].as_str(),
+                Some("ResolveSource" | "CompareSource" | "FetchSource")
+            )
+        })
+        .filter(|l| {
+            l["timestamp"]
+                .as_str()
+                .is_some_and(|t| t > took_over.as_str())
+        })
+        .collect();
+    assert!(
+        acted.is_empty(),
+        "the old leader acted after {took_over}: {acted:?}"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("Error: lost the leader Lease")),
+        "{log:?}"
+    );
+}

@@ -185,8 +185,8 @@ fn not_converged(converged: &Converged) -> Vec<String> {
         .collect()
 }
 
-/// One manager process as its log tells: when it began to lead, and when it started or
-/// finished a step successfully (on which object).
+/// One manager process as its log tells: when it began to lead, and when it finished a step
+/// that did something (on which object).
 struct Leader {
     who: String,
     led_at: jiff::Timestamp,
@@ -206,9 +206,15 @@ fn leaders(soak: &Soak) -> Vec<Leader> {
                 let Some(at) = v["timestamp"].as_str().and_then(|t| t.parse().ok()) else {
                     continue;
                 };
+                let looked_only = matches!(
+                    v["step"].as_str(),
+                    Some("ResolveSource" | "CompareSource" | "FetchSource")
+                );
                 match v["message"].as_str() {
                     Some("leading") => led_at = led_at.or(Some(at)),
-                    Some("step started" | "step succeeded") => {
+                    // A step that did something: not a look at the source, and not one the
+                    // fence stopped (those log "step failed").
+                    Some("step succeeded") if !looked_only => {
                         let object = v["object"].as_str().unwrap_or_default().to_string();
                         acted.push((at, object));
                     }
@@ -227,9 +233,8 @@ fn leaders(soak: &Soak) -> Vec<Leader> {
     leaders
 }
 
-/// A manager process that started a step, or finished one successfully, after the process
-/// that took the leadership over from it had begun to act: two leaders at once. (A step that
-/// failed because the fence refused its requests did nothing.)
+/// A manager process that finished a step that did something after the process that took the
+/// leadership over from it had done so: two leaders at once.
 fn two_leaders(soak: &Soak) -> Vec<String> {
     let leaders = leaders(soak);
     let mut cases = Vec::new();

@@ -316,6 +316,7 @@ impl Soak {
             if self.replicas[r].frozen_until.is_some() {
                 self.thaw(r);
             }
+            self.replicas[r].restart_at = None;
         }
         self.tend_replicas();
     }
@@ -402,8 +403,15 @@ impl Soak {
                     replica.crashes.push(format!("{status}"));
                 }
                 replica.process = None;
+                // Ended within 10 s of its start: back off 5 s (a kubelet would, longer).
+                if replica.started_at.elapsed() < Duration::from_secs(10) {
+                    replica.restart_at = Some(Instant::now() + Duration::from_secs(5));
+                }
             }
-            if self.replicas[r].process.is_none() {
+            let due = self.replicas[r]
+                .restart_at
+                .is_none_or(|at| Instant::now() >= at);
+            if self.replicas[r].process.is_none() && due {
                 self.start_replica(r);
                 let who = self.replicas[r].identity.clone();
                 self.note(format!("{who} started again"));

@@ -75,6 +75,10 @@ pub(crate) struct Replica {
     /// Exits because the replica lost its leader Lease (the API server away longer than the
     /// Lease, or the process stopped past it): by design, as a Pod it would be restarted.
     pub(crate) lease_losses: u32,
+    /// When its process was started, and when a process that ended soon may start again (as
+    /// a kubelet backs off a crash-looping container).
+    pub(crate) started_at: Instant,
+    pub(crate) restart_at: Option<Instant>,
     /// Resident memory (KiB) of its first process at the start.
     pub(crate) memory_at_start: u64,
 }
@@ -139,6 +143,8 @@ impl Soak {
         );
         self.replicas[r].logs.push(manager.log.clone());
         self.replicas[r].process = Some(manager);
+        self.replicas[r].started_at = Instant::now();
+        self.replicas[r].restart_at = None;
     }
 }
 

@@ -70,6 +70,8 @@ pub(crate) async fn prepare(settings: Settings) -> Soak {
             caused_exits: 0,
             crashes: Vec::new(),
             lease_losses: 0,
+            started_at: Instant::now(),
+            restart_at: None,
             memory_at_start: 0,
         });
         soak.start_replica(r);

@@ -6,7 +6,7 @@
 //! only when it can read the Lease again, and meanwhile its reconciles go on: measured in the
 //! soak, the old leader finished a plan step and wrote a status after the new one had started
 //! on the same object. So, as client-go's renew deadline does, a leader holds its authority
-//! only for two thirds of the Lease's duration after it last saw its own renewal; the API
+//! only for three quarters of the Lease's duration after it last saw its own renewal; the API
 //! client refuses every request but the leader election's own past that moment (a process
 //! stopped and continued is refused on its very first request), and the manager stops.
 
@@ -76,11 +76,11 @@ impl Fence {
     }
 }
 
-/// How long after a renewal seen `age` ago the leader may still act: two thirds of the Lease's
-/// `duration`, less that age (so that it stops before a standby may take the Lease, which it
-/// does a whole duration after the renewal).
+/// How long after a renewal seen `age` ago the leader may still act: three quarters of the
+/// Lease's `duration`, less that age (so that it stops a quarter of the duration before a
+/// standby may take the Lease, which it does a whole duration after the renewal).
 pub fn authority(duration: Duration, age: Duration) -> Duration {
-    (duration * 2 / 3).saturating_sub(age)
+    (duration * 3 / 4).saturating_sub(age)
 }
 
 /// Whether a request to `path` is the leader election's own (Leases), which the fence lets
@@ -96,9 +96,9 @@ mod tests {
 
     #[test]
     fn the_authority_ends_before_a_standby_may_take_the_lease() {
-        let d = Duration::from_secs(6);
-        assert_eq!(authority(d, Duration::ZERO), Duration::from_secs(4));
-        assert_eq!(authority(d, Duration::from_secs(1)), Duration::from_secs(3));
+        let d = Duration::from_secs(8);
+        assert_eq!(authority(d, Duration::ZERO), Duration::from_secs(6));
+        assert_eq!(authority(d, Duration::from_secs(1)), Duration::from_secs(5));
         assert_eq!(authority(d, Duration::from_secs(9)), Duration::ZERO);
     }
 

@@ -1,7 +1,7 @@
 //! Leader election on a Lease (`kube-lease-manager`: server-side apply of the Lease, renewal
 //! before expiry): only the leader reconciles; a standby takes over within the lease duration
 //! once the leader stops renewing. The leader's authority is fenced ([`super::fence`]): a
-//! guard reads the Lease and lets this replica act only two thirds of the duration past the
+//! guard reads the Lease and lets this replica act only three quarters of the duration past the
 //! last renewal it saw of its own.
 
 use std::time::Duration;
@@ -38,8 +38,10 @@ impl Leadership {
         fence: Fence,
     ) -> anyhow::Result<Self> {
         let seconds = duration.as_secs().max(3);
-        // Renew a third of the lease before it ends: room for clock skew and a slow API.
-        let params = LeaseParams::new(identity, seconds, (seconds / 3).max(1));
+        // Renew once a third of the lease has passed (kube-lease-manager's `grace` is how long
+        // before the end it renews): the fence's authority, three quarters of the lease past a
+        // renewal it saw, then always spans a renewal and the guard's look at it.
+        let params = LeaseParams::new(identity, seconds, (seconds * 2 / 3).max(1));
         let leases = kube::Api::namespaced(client.clone(), namespace);
         let manager = LeaseManagerBuilder::new(client, name)
             .with_namespace(namespace)
@@ -105,9 +107,11 @@ impl Leadership {
     }
 }
 
-/// Reads the Lease every sixth of its duration: while it names this replica, the authority
-/// lasts two thirds of the duration past its last renewal; once it names another, it ends.
-/// A read that fails changes nothing: the authority runs out on its own.
+/// Reads the Lease every sixth of its duration. Each renewal it sees of this replica's (the
+/// renew time moved on) extends the authority to three quarters of the duration past that
+/// renewal; a Lease naming another ends it. A renewal not seen (a read that fails, a renew
+/// time that stays) extends nothing: the authority runs out on its own. (The first renew time
+/// read is only a baseline: it may be an earlier process's, of the same identity.)
 async fn guard(
     leases: kube::Api<Lease>,
     name: String,
@@ -116,17 +120,21 @@ async fn guard(
     fence: Fence,
 ) {
     let every = (duration / 6).max(Duration::from_millis(500));
+    let mut last: Option<jiff::Timestamp> = None;
     loop {
         if let Ok(Some(lease)) = leases.get_opt(&name).await {
             let spec = lease.spec.unwrap_or_default();
-            if spec.holder_identity.as_deref() == Some(me.as_str()) {
-                let renewed = spec.renew_time.map(|t| t.0);
-                let age = renewed
-                    .and_then(|t| jiff::Timestamp::now().duration_since(t).try_into().ok())
-                    .unwrap_or(Duration::ZERO);
-                fence.until(std::time::Instant::now() + authority(duration, age));
-            } else {
+            if spec.holder_identity.as_deref() != Some(me.as_str()) {
                 fence.close();
+            } else if let Some(renewed) = spec.renew_time.map(|t| t.0) {
+                if last.is_some_and(|l| renewed > l) {
+                    let age = jiff::Timestamp::now()
+                        .duration_since(renewed)
+                        .try_into()
+                        .unwrap_or(Duration::ZERO);
+                    fence.until(std::time::Instant::now() + authority(duration, age));
+                }
+                last = Some(renewed);
             }
         }
         tokio::time::sleep(every).await;
