@@ -241,3 +241,28 @@ async fn a_leader_stopped_past_its_lease_acts_on_nothing_once_continued() {
         "{log:?}"
     );
 }
+
+/// Regression (found by the soak, seed 20261205): a replica started while the API server was
+/// away exited at once ("joining the leader election"), so it came back only in a crash loop.
+/// Now it waits for the API server and then joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_started_while_the_api_server_is_away_waits_and_then_leads() {
+    let mut op = Operator::prepare().await;
+    op.cluster.kill("kube-apiserver");
+    let mut first = start(&op, "m1");
+    // Away for a while (the outage's length, not a wait for anything).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        first.child.try_wait().unwrap().is_none(),
+        "exited while the API server was away: {:?}",
+        first.log.lock().unwrap()
+    );
+    op.cluster.start_again("kube-apiserver").await.unwrap();
+    wait_holder(&op, |h| h == Some("m1")).await;
+    let log = first.log.lock().unwrap().clone();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("cannot join the leader election yet")),
+        "{log:?}"
+    );
+}

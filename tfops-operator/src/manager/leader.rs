@@ -43,12 +43,31 @@ impl Leadership {
         // renewal it saw, then always spans a renewal and the guard's look at it.
         let params = LeaseParams::new(identity, seconds, (seconds * 2 / 3).max(1));
         let leases = kube::Api::namespaced(client.clone(), namespace);
-        let manager = LeaseManagerBuilder::new(client, name)
-            .with_namespace(namespace)
-            .with_parameters(params)
-            .build()
-            .await
-            .with_context(|| format!("joining the leader election on Lease {namespace}/{name}"))?;
+        // The API server away (a replica started during an outage) is waited out, not a
+        // reason to exit: a replica that exits only comes back in a crash loop.
+        let mut wait = Duration::from_secs(1);
+        let manager = loop {
+            let built = LeaseManagerBuilder::new(client.clone(), name)
+                .with_namespace(namespace)
+                .with_parameters(params.clone())
+                .build()
+                .await;
+            match built {
+                Ok(manager) => break manager,
+                // A refusal (forbidden, invalid) is the user's to mend: said at once, below.
+                Err(kube_lease_manager::LeaseManagerError::KubeError(error)) if !matches!(&error, kube::Error::Api(s) if s.code < 500) =>
+                {
+                    tracing::warn!(%error, lease = %format!("{namespace}/{name}"), "cannot join the leader election yet; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(10));
+                }
+                Err(other) => {
+                    return Err(other).with_context(|| {
+                        format!("joining the leader election on Lease {namespace}/{name}")
+                    });
+                }
+            }
+        };
         let (leading, task) = manager.watch().await;
         Ok(Self {
             leading,
