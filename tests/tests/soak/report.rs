@@ -62,9 +62,27 @@ pub(crate) fn write(soak: &Soak, converged: &Converged, findings: &[Finding]) ->
     for (kind, (made, refused)) in &soak.actions {
         let _ = writeln!(r, "| {kind} | {made} | {refused} |");
     }
+    let mut injected: std::collections::BTreeMap<&str, (u32, u32)> = Default::default();
+    for (_, what) in &soak.events {
+        if let Some(fault) = what.strip_prefix("fault: ") {
+            let name = fault.split(" on ").next().unwrap_or(fault);
+            let n = injected
+                .entry(name.trim_end_matches(" (aimed mid-apply)"))
+                .or_default();
+            n.0 += 1;
+            n.1 += u32::from(name.ends_with("(aimed mid-apply)"));
+        }
+    }
     let _ = writeln!(
         r,
-        "\n## Faults\n\n| fault | phase struck | times |\n|---|---|---|"
+        "\n## Faults injected\n\n| fault | times | aimed at an apply |\n|---|---|---|"
+    );
+    for (name, (n, aimed)) in &injected {
+        let _ = writeln!(r, "| {name} | {n} | {aimed} |");
+    }
+    let _ = writeln!(
+        r,
+        "\n## What the faults struck\n\n| fault | phase of an object struck | times |\n|---|---|---|"
     );
     for ((kind, phase), n) in &soak.faults {
         let _ = writeln!(r, "| {kind} | {phase} | {n} |");

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
 use tokio::sync::watch;
@@ -43,31 +42,7 @@ impl Leadership {
         // renewal it saw, then always spans a renewal and the guard's look at it.
         let params = LeaseParams::new(identity, seconds, (seconds * 2 / 3).max(1));
         let leases = kube::Api::namespaced(client.clone(), namespace);
-        // The API server away (a replica started during an outage) is waited out, not a
-        // reason to exit: a replica that exits only comes back in a crash loop.
-        let mut wait = Duration::from_secs(1);
-        let manager = loop {
-            let built = LeaseManagerBuilder::new(client.clone(), name)
-                .with_namespace(namespace)
-                .with_parameters(params.clone())
-                .build()
-                .await;
-            match built {
-                Ok(manager) => break manager,
-                // A refusal (forbidden, invalid) is the user's to mend: said at once, below.
-                Err(kube_lease_manager::LeaseManagerError::KubeError(error)) if !matches!(&error, kube::Error::Api(s) if s.code < 500) =>
-                {
-                    tracing::warn!(%error, lease = %format!("{namespace}/{name}"), "cannot join the leader election yet; trying again");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(10));
-                }
-                Err(other) => {
-                    return Err(other).with_context(|| {
-                        format!("joining the leader election on Lease {namespace}/{name}")
-                    });
-                }
-            }
-        };
+        let manager = lease_manager(client, namespace, name, params).await?;
         let (leading, task) = manager.watch().await;
         Ok(Self {
             leading,
@@ -123,6 +98,42 @@ impl Leadership {
             () = said => {}
             () = fence.ended() => {}
         }
+    }
+}
+
+/// The election's manager of Lease `namespace/name`. The API server away (a replica started
+/// during an outage) is waited out rather than a reason to exit, which would only bring the
+/// replica back in a crash loop; so is a refusal for the first minute (a kube-apiserver just
+/// started refuses until its RBAC caches are filled: seen in the soak). A refusal that lasts
+/// is the user's to mend, and said.
+async fn lease_manager(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+    params: LeaseParams,
+) -> anyhow::Result<kube_lease_manager::LeaseManager> {
+    let began = std::time::Instant::now();
+    let mut wait = Duration::from_secs(1);
+    loop {
+        let built = LeaseManagerBuilder::new(client.clone(), name)
+            .with_namespace(namespace)
+            .with_parameters(params.clone())
+            .build()
+            .await;
+        let error = match built {
+            Ok(manager) => return Ok(manager),
+            Err(kube_lease_manager::LeaseManagerError::KubeError(error)) => error,
+            Err(other) => return Err(other.into()),
+        };
+        let refused = matches!(&error, kube::Error::Api(s) if s.code < 500);
+        if refused && began.elapsed() > Duration::from_secs(60) {
+            return Err(anyhow::Error::new(error).context(format!(
+                "joining the leader election on Lease {namespace}/{name}"
+            )));
+        }
+        tracing::warn!(%error, lease = %format!("{namespace}/{name}"), "cannot join the leader election yet; trying again");
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(10));
     }
 }
 
