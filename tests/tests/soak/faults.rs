@@ -129,9 +129,11 @@ impl Soak {
             return;
         }
         let lasting = Duration::from_millis(self.rng.u64(3000..12_000));
-        let (target, phases) = match self.strike(fault, lasting).await {
-            Some(struck) => struck,
-            None => return,
+        // At most 10 s: a request to an API server whose etcd is away hangs up to a minute, and
+        // meanwhile no fault under way would be healed.
+        let struck = tokio::time::timeout(Duration::from_secs(10), self.strike(fault, lasting));
+        let Ok(Some((target, phases))) = struck.await else {
+            return;
         };
         for phase in &phases {
             *self
@@ -428,7 +430,14 @@ where
 {
     let began = Instant::now();
     loop {
-        match call().await {
+        let answer = tokio::time::timeout(Duration::from_secs(5), call()).await;
+        let Ok(answer) = answer else {
+            if began.elapsed() > Duration::from_secs(120) {
+                return Err("no answer for 120 s".into());
+            }
+            continue;
+        };
+        match answer {
             Ok(()) => return Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
             Err(e) if began.elapsed() > Duration::from_secs(120) => return Err(e.to_string()),

@@ -131,6 +131,10 @@ pub(super) async fn sync(context: &Arc<Context>, state: &Arc<State>, pod: Value,
     if phase == "Succeeded" || phase == "Failed" {
         return;
     }
+    if marked_not_ready(state, &uid, &pod) {
+        patch_status(context, &pod, json!({"conditions": conditions(true)})).await;
+        return;
+    }
     let first = lock(&state.started)
         .insert(uid.clone(), pod_ref(&ns, &name))
         .is_none();
@@ -138,6 +142,23 @@ pub(super) async fn sync(context: &Arc<Context>, state: &Arc<State>, pod: Value,
         let (context, state) = (context.clone(), state.clone());
         tokio::spawn(async move { start(context, state, pod).await });
     }
+}
+
+/// Whether someone else marked not Ready a Pod whose container this agent runs and found
+/// ready: the node lifecycle controller does, once the node's heartbeat was missed (the API
+/// server or etcd away). A kubelet recomputes Ready from its containers; so does the agent.
+fn marked_not_ready(state: &State, uid: &str, pod: &Value) -> bool {
+    let container_ready = pod["status"]["containerStatuses"][0]["ready"] == true;
+    let not_ready = pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "False");
+    container_ready
+        && not_ready
+        && lock(&state.running)
+            .get(uid)
+            .is_some_and(|r| !r.terminating)
 }
 
 /// Whether the Node is cordoned, as the API server has it now: a scheduler's cache could lag
