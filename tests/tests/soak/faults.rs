@@ -73,6 +73,15 @@ impl Fault {
         }
     }
 
+    /// In which order faults heal: etcd (0) before what needs it (1), then the rest (2).
+    fn rank(self) -> u8 {
+        match self {
+            Self::EtcdKilled | Self::EtcdPaused => 0,
+            Self::ApiServerKilled | Self::ApiServerPaused | Self::ControllerManagerKilled => 1,
+            _ => 2,
+        }
+    }
+
     /// Whether only one of this kind may be under way (the same component cannot fail twice).
     fn exclusive(self) -> bool {
         !matches!(
@@ -292,15 +301,22 @@ impl Soak {
     pub(crate) async fn heal_due(&mut self) {
         let now = Instant::now();
         let due: Vec<Active> = {
-            let (due, kept) = std::mem::take(&mut self.active)
+            let (mut due, kept): (Vec<Active>, Vec<Active>) = std::mem::take(&mut self.active)
                 .into_iter()
                 .partition(|a| a.until <= now);
+            // The API server and the controller manager start only with etcd there: an etcd
+            // fault still under way ends with theirs.
+            let (etcd, kept): (Vec<Active>, Vec<Active>) =
+                if due.iter().any(|a| a.fault.rank() == 1) {
+                    kept.into_iter().partition(|a| a.fault.rank() == 0)
+                } else {
+                    (Vec::new(), kept)
+                };
+            due.extend(etcd);
             self.active = kept;
             due
         };
-        for a in due {
-            self.heal(a).await;
-        }
+        self.heal_in_order(due).await;
         let frozen: Vec<usize> = (0..self.replicas.len())
             .filter(|r| self.replicas[*r].frozen_until.is_some_and(|t| t <= now))
             .collect();
@@ -311,9 +327,8 @@ impl Soak {
 
     /// Heals every fault under way (the faults stop).
     pub(crate) async fn heal_all(&mut self) {
-        for a in std::mem::take(&mut self.active) {
-            self.heal(a).await;
-        }
+        let all = std::mem::take(&mut self.active);
+        self.heal_in_order(all).await;
         for r in 0..self.replicas.len() {
             if self.replicas[r].frozen_until.is_some() {
                 self.thaw(r);
@@ -321,6 +336,14 @@ impl Soak {
             self.replicas[r].restart_at = None;
         }
         self.tend_replicas();
+    }
+
+    /// Heals `faults`, etcd's first, then the components that need it.
+    async fn heal_in_order(&mut self, mut faults: Vec<Active>) {
+        faults.sort_by_key(|a| a.fault.rank());
+        for a in faults {
+            self.heal(a).await;
+        }
     }
 
     fn thaw(&mut self, r: usize) {
@@ -335,12 +358,24 @@ impl Soak {
     async fn heal(&mut self, a: Active) {
         use Fault::*;
         let healed = match a.fault {
-            ApiServerKilled | EtcdKilled | ControllerManagerKilled => self
-                .op
-                .cluster
-                .start_again(&a.target)
-                .await
-                .map_err(|e| e.to_string()),
+            ApiServerKilled | EtcdKilled | ControllerManagerKilled => {
+                // Three tries: a component started while another just came back may not find
+                // it serving yet (etcd's first seconds).
+                let mut started = Err(String::new());
+                for _ in 0..3 {
+                    started = self
+                        .op
+                        .cluster
+                        .start_again(&a.target)
+                        .await
+                        .map_err(|e| e.to_string());
+                    if started.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+                started
+            }
             ApiServerPaused | EtcdPaused => {
                 self.op.cluster.resume(&a.target);
                 Ok(())
