@@ -8,8 +8,8 @@
 mod support;
 
 use serde_json::json;
-use support::operator::{CONFIG, Operator, ready_with};
-use support::pulls::{deliver, sign};
+use support::operator::{CONFIG, ready_with};
+use support::pulls::{deliver, sign, with_webhooks};
 use tfops_testcluster::gitea::Gitea;
 
 const SECRET: &str = "webhook-s3cret";
@@ -28,20 +28,8 @@ async fn a_signed_push_reconciles_at_once_and_an_unsigned_one_is_refused() {
         )
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let secret_file = dir.path().join("secret");
-    // As `kubectl create secret --from-file` mounts it: with a newline.
-    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
-    let op = Operator::start_with(&[
-        "--source-poll-interval",
-        "1h",
-        "--webhook-addr",
-        "127.0.0.1:0",
-        "--webhook-secret-file",
-        secret_file.to_str().unwrap(),
-    ])
-    .await;
-    let receiver = op.manager().webhooks.clone();
+    // The secret's file as `kubectl create secret --from-file` mounts it: with a newline.
+    let (op, receiver, _dir) = with_webhooks(&format!("{SECRET}\n")).await;
     assert_ne!(
         receiver, "-",
         "the manager names where it receives webhooks"
