@@ -35,6 +35,12 @@ fn ledger_lines(ledger: &Path) -> Vec<String> {
         .collect()
 }
 
+/// How many creates of `stamp` the ledger saw.
+fn creates(ledger: &Path, stamp: &str) -> usize {
+    let line = format!("start-{stamp}");
+    ledger_lines(ledger).iter().filter(|l| **l == line).count()
+}
+
 /// Waits (at most 120 s) until the ledger holds `line`.
 async fn ledger_has(ledger: &Path, line: &str) {
     ledger_has_within(ledger, line, 120).await;
@@ -141,10 +147,7 @@ async fn apply_through(
     let message = support::operator::condition(&t, "Ready").unwrap().2;
     assert!(message.contains("applied plan"), "{message}");
     ledger_has(ledger, &format!("done-{stamp}")).await;
-    let starts = ledger_lines(ledger)
-        .iter()
-        .filter(|l| **l == format!("start-{stamp}"))
-        .count();
+    let starts = creates(ledger, stamp);
     assert_eq!(
         starts,
         1,
@@ -269,10 +272,7 @@ async fn an_apply_ending_while_the_api_server_is_away_keeps_its_state_and_create
         .unwrap();
     op.wait_for_runs("w", runs + 1).await;
     let t = op.wait_for("w", "re-planned", 120, settled).await;
-    let starts = ledger_lines(&ledger)
-        .iter()
-        .filter(|l| *l == "start-s1")
-        .count();
+    let starts = creates(&ledger, "s1");
     assert_eq!(
         starts,
         1,
