@@ -31,7 +31,12 @@ impl Terraform {
     /// [`TfError::Failed`] when the state could not be pushed within [`PUSH_FOR`].
     pub(crate) async fn changing(&self, command: &[String], io: &Io) -> Result<(), TfError> {
         let ran = self.exec(command, io, false).await;
-        if self.dir.join(ERRORED_STATE).exists() {
+        // Only a file Terraform said it wrote: one the configuration itself left there (its
+        // provisioners run in this directory) is not pushed.
+        let said = ran
+            .as_ref()
+            .map_or(true, |exit| exit.stderr.contains(ERRORED_STATE));
+        if said && self.dir.join(ERRORED_STATE).exists() {
             self.push_errored_state(io).await?;
             if let Ok(exit) = &ran {
                 self.release_lock_left(&exit.stderr, io).await;
