@@ -266,3 +266,40 @@ async fn a_replica_started_while_the_api_server_is_away_waits_and_then_leads() {
         "{log:?}"
     );
 }
+
+/// Found by the soak (seed 7): the leader was gone mid-apply and, meanwhile, the spec changed;
+/// the next leader attached to the apply and recorded the newer spec as observed, so it was
+/// never planned (until the drift check an hour later). Now the attach answers the generation
+/// the apply was planned at, and the newer spec is planned and applied at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_spec_changed_while_the_leader_was_gone_mid_apply_is_applied_after_the_attach() {
+    let op = Operator::prepare().await;
+    op.git
+        .commit("infra", &[("main.tf", &support::operator::slow(6))]);
+    let mut first = Some(start(&op, "m1"));
+    wait_holder(&op, |h| h == Some("m1")).await;
+    let spec = |greeting: &str| {
+        json!({"approvePlan": "auto", "vars": [{"name": "greeting", "value": greeting}],
+               "writeOutputsToSecret": {"name": "vpc-out"}})
+    };
+    op.apply(&op.manifest("vpc", spec("hello")));
+    support::operator::applying(&op, "vpc").await;
+    drop(first.take());
+    op.apply(&op.manifest("vpc", spec("changed while nobody led")));
+    let _second = start(&op, "m2");
+    let t = op
+        .wait_for("vpc", "applied the spec written meanwhile", 120, |t| {
+            let generation = t.metadata.generation.unwrap_or_default();
+            ready_with(t, "TerraformAppliedSucceed")
+                && t.status
+                    .as_ref()
+                    .is_some_and(|s| s.observed_generation == generation)
+        })
+        .await;
+    let status = t.status.unwrap();
+    assert!(status.active_run.is_none());
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(op.admin.clone(), "team-a");
+    let out = secrets.get("vpc-out").await.unwrap().data.unwrap();
+    assert_eq!(out["greeting"].0, b"changed while nobody led");
+}

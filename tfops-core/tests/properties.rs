@@ -708,13 +708,20 @@ impl Model {
             }
         }
 
-        // A status-only update (the one just written) never starts a run.
+        // A status-only update (the one just written) never starts a run, unless the run
+        // left a spec generation unobserved and asked to be run again at once (an apply
+        // taken up after a restart answers to the generation it was planned at).
+        let unobserved = w.object(key).is_some_and(|o| {
+            o.status.observed_generation < o.metadata.generation
+                && report.requeue_after == Some(Duration::ZERO)
+        });
         let add_failed = report
             .records
             .iter()
             .any(|r| r.step == StepKind::AddFinalizer && r.result.is_err());
         if let Some(after) = w.object(key)
             && !add_failed
+            && !unobserved
             && !report
                 .records
                 .iter()

@@ -62,6 +62,46 @@ async fn a_new_driver_attaches_to_the_recorded_apply_and_never_applies_again() {
     assert_eq!(ready(&w, &key).1, "NoDrift");
 }
 
+/// Found by the soak (seed 7): the spec changed while an apply was under way and its driver
+/// was gone; the driver that took the apply up recorded the new generation as observed, so the
+/// change was never planned (until the drift check at `spec.interval`).
+#[tokio::test]
+async fn a_spec_changed_during_an_apply_taken_up_after_a_restart_is_planned_next() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    let left = apply_and_die(&w, &key).await;
+    assert_eq!(left.active_run.as_ref().map(|a| a.generation), Some(1));
+    w.edit(&key, |spec| {
+        spec.vars.push(tfops_core::api::Variable {
+            name: "size".into(),
+            value: Some(json!("large")),
+            value_from: None,
+        })
+    });
+
+    let report = reconcile(&w, &key).await;
+    assert_eq!(w.calls_of(&key, FakeOp::Attach), 1);
+    let o = w.object(&key).unwrap();
+    assert_eq!(
+        o.status.observed_generation, 1,
+        "the apply answered generation 1, not the one written meanwhile"
+    );
+    assert_eq!(
+        report.requeue_after,
+        Some(std::time::Duration::ZERO),
+        "the newer spec is taken up at once"
+    );
+
+    reconcile(&w, &key).await;
+    assert_eq!(
+        w.calls_of(&key, FakeOp::Plan),
+        2,
+        "the newer spec was planned"
+    );
+    assert_eq!(w.object(&key).unwrap().status.observed_generation, 2);
+    assert_eq!(w.applies(&key), 2, "and applied once");
+}
+
 #[tokio::test]
 async fn a_recorded_apply_whose_runner_is_gone_is_reported_and_planned_again_from_the_state() {
     let w = world();

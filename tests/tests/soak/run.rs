@@ -224,7 +224,39 @@ pub(crate) async fn settle(soak: &mut Soak) -> Converged {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     soak.note("settled");
+    for o in soak.world.objects.clone() {
+        if at[&o.key()].is_none() {
+            let seen = workload::api(&soak.op.admin, &o).get(&o.name).await;
+            soak.note(format!(
+                "not converged: {} {}",
+                o.key(),
+                where_it_stands(seen)
+            ));
+        }
+    }
     Converged { at }
+}
+
+/// What an object's status says, in a line of the event log: what reproduces a finding.
+fn where_it_stands(seen: Result<tfops_kube::Terraform, kube::Error>) -> String {
+    let t = match seen {
+        Ok(t) => t,
+        Err(e) => return format!("unreadable: {e}"),
+    };
+    let s = t.status.unwrap_or_default();
+    let ready = s.conditions.iter().find(|c| c.type_ == "Ready");
+    format!(
+        "generation {} observed {}; Ready {:?} {:?}; pending plan {:?} (generation {}); last applied {:?} at {:?}; active run {:?}",
+        t.metadata.generation.unwrap_or_default(),
+        s.observed_generation,
+        ready.map(|c| &c.reason),
+        ready.map(|c| &c.message),
+        s.plan.pending,
+        s.plan.pending_generation,
+        s.plan.last_applied,
+        s.last_applied_revision,
+        s.active_run.map(|a| a.run_id),
+    )
 }
 
 /// `Ready` is `True` for the object's current generation.

@@ -213,6 +213,16 @@ pub struct ActiveRun {
     /// The identity it runs as ([`TerraformStatus::last_applied_by`] once it succeeded).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub identity: String,
+    /// The object's `metadata.generation` it was planned at: a driver that takes it up
+    /// records that generation as observed, so a spec changed meanwhile is planned next
+    /// (0: not recorded, by an older version).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: i64,
+}
+
+/// For `skip_serializing_if`.
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// A state lock that stopped a run.

@@ -64,7 +64,15 @@ fn end(mut run: Run<'_>, ended: End) -> Decision {
         End::Stalled => None,
         End::SourceSeen(next) => return source_seen(run, next),
     };
-    run.st.observed_generation = run.generation();
+    // A spec written while an apply taken up here was under way is not observed yet: the
+    // next run, at once, plans it.
+    let observed = run.observed.unwrap_or(run.generation());
+    let requeue = if observed < run.generation() {
+        Some(Duration::ZERO)
+    } else {
+        requeue
+    };
+    run.st.observed_generation = observed;
     run.st.last_run_at = Some(run.ended_at());
     run.remove(ConditionType::Reconciling);
     let runner_up = run.s.progress.succeeded(StepKind::StartRunner);

@@ -75,6 +75,9 @@ pub(super) struct Run<'a> {
     pub interval: Duration,
     /// `spec.applyWindows` (none unless the spec is valid).
     pub windows: Windows,
+    /// The generation this run's work answers to, when not the snapshot's: an apply an
+    /// earlier driver left, taken up, answers to the generation it was planned at.
+    pub observed: Option<i64>,
     /// When the latest outcome the decision has read so far was recorded (the run's start
     /// before any): a condition that changes status now changed then. Read from the records,
     /// never from a clock, so every decision of the run stamps a condition with the same time
@@ -91,6 +94,7 @@ impl<'a> Run<'a> {
             retry_interval,
             interval,
             windows: Windows::default(),
+            observed: None,
             at: Cell::new(s.started_at),
         }
     }

@@ -90,6 +90,7 @@ pub(super) fn need_apply(run: &mut Run<'_>, what: ActiveRun) -> Result<(), Stop>
         run_id: run_id.clone(),
         started_at: started,
         identity,
+        generation: run.generation(),
         ..what
     });
     run.need_phase(Step::Apply { run_id }, ConditionType::Apply)
@@ -134,6 +135,9 @@ pub(super) fn resumed(run: &mut Run<'_>, active: &ActiveRun) -> Result<Done, Sto
         active.plan_id, active.revision, active.run_id
     );
     record_applied(run, active, message.clone())?;
+    if active.generation > 0 {
+        run.observed = Some(active.generation);
+    }
     Ok(Done {
         reason: Reason::TerraformAppliedSucceed,
         message,
