@@ -96,6 +96,7 @@ fn bench_binary(c: &mut Criterion, name: &str, terraform: &Path) {
         max_log_lines: 100_000,
         kubeconfig: None,
         pod_name: None,
+        others: Default::default(),
     });
     let server_tls = ServerTls {
         cert: secret.tls_crt,

@@ -45,10 +45,11 @@ pub fn find_terraform() -> Option<PathBuf> {
     find_binary("terraform")
 }
 
-/// The binary `name` (`terraform`, `tofu`) to use, found as the runner finds it
-/// ([`tfops_runner::server::find_binary`]: `TFOPS_TERRAFORM` or `TFOPS_TOFU`, else `PATH`).
+/// The binary `name` (`terraform`, `tofu`) to use: its variable, `PATH`, or the build of
+/// `scripts/install-terraform` or `scripts/install-tofu` in this checkout
+/// ([`tfops_testcluster::tools`]).
 pub fn find_binary(name: &str) -> Option<PathBuf> {
-    tfops_runner::server::find_binary(name).map(|(_, path)| path)
+    tfops_testcluster::tools::binary(name).ok()
 }
 
 /// The binaries the runner benchmarks measure, each with its path: Terraform and OpenTofu,

@@ -52,11 +52,10 @@ fn seconds(text: &str) -> Result<Duration, String> {
     about = "The tfops runner: runs Terraform or OpenTofu for the tfops controller, over gRPC with mutual TLS"
 )]
 pub struct Args {
-    /// The gRPC port (tofu-controller's runners use 30000 as well).
+    /// The gRPC port the controller connects to.
     #[arg(long = "grpc-port", default_value_t = 30000)]
     pub port: u16,
-    /// The address to listen on. A Pod binds every address of its own network namespace; the
-    /// test cluster's node agent, running Pods as plain processes, names each its own.
+    /// The address to listen on (in a runner Pod: every address of the Pod's own network).
     #[arg(long, env = "TFOPS_LISTEN", default_value = "0.0.0.0")]
     pub listen: String,
     /// The directory with `tls.crt`, `tls.key` and `ca.crt` (the controller's CA bundle).
@@ -130,6 +129,7 @@ pub async fn run_with(
         max_log_lines: 50_000,
         kubeconfig: std::env::var_os("TFOPS_KUBECONFIG").map(PathBuf::from),
         pod_name: crate::server::own_host(),
+        others: crate::server::Overrides::from_env(),
     });
     let service = match stores {
         Some(stores) => service.with_stores(stores),

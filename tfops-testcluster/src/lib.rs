@@ -19,6 +19,7 @@ pub mod kubeconfig;
 pub mod node;
 pub mod pki;
 mod process;
+pub mod tools;
 
 pub use control_plane::{Binaries, Error, Options, TestCluster};
 

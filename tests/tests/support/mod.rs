@@ -344,9 +344,9 @@ pub async fn cluster_with_node_on(containers: bool) -> (TestCluster, tempfile::T
     use tfops_testcluster::node::NodeConfig;
     let root = tempfile::tempdir().unwrap();
     let found = |binary: &str| {
-        tfops_runner::server::find_binary(binary)
-            .map(|(_, p)| p.display().to_string())
-            .unwrap_or_else(|| panic!("no {binary}: run scripts/install-terraform and scripts/install-tofu and set TFOPS_TERRAFORM and TFOPS_TOFU"))
+        tfops_testcluster::tools::binary(binary)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|e| panic!("{e}"))
     };
     let base_env = [
         (

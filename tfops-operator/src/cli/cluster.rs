@@ -44,7 +44,7 @@ pub struct GetArgs {
     /// Every namespace.
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
-    /// `json`: the objects as the API returns them.
+    /// How the objects are printed (`json`: as the API returns them).
     #[arg(short = 'o', long, value_enum, default_value_t = super::local::Output::Text)]
     pub output: super::local::Output,
     /// The cluster.

@@ -80,7 +80,7 @@ pub enum LocalCommand {
         /// One object.
         name: Option<String>,
     },
-    /// Plans.
+    /// Show the pending plan of an object (`tfops local plan show NAME`).
     #[command(subcommand)]
     Plan(LocalPlan),
     /// Approve the pending plan (its id, when given, must be the pending one) and apply it.

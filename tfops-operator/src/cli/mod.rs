@@ -15,7 +15,12 @@ use crate::runner_process::RunnerCommand;
 
 /// `tfops`: GitOps for Terraform and OpenTofu, on this machine or in a cluster.
 #[derive(Debug, Parser)]
-#[command(name = "tfops", version, about, propagate_version = true)]
+#[command(
+    name = "tfops",
+    version,
+    about = "Plan, approve and apply Terraform and OpenTofu from Git: in a Kubernetes cluster (Terraform objects) or on this machine (tfops local)",
+    propagate_version = true
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -32,7 +37,7 @@ pub enum Command {
     Get(cluster::GetArgs),
     /// The plans open pull requests make of an object (`--show N`: one whole).
     Pr(pulls::PullArgs),
-    /// Plans in a cluster.
+    /// Show the pending plan of an object (`tfops plan show NAME`).
     #[command(subcommand)]
     Plan(cluster::PlanCommand),
     /// Approve the pending plan of an object (its id checked against the pending one).
@@ -52,7 +57,7 @@ pub enum Command {
     History(cluster::NameArgs),
     /// Terraform's output of a run (the newest by default), as kept in the run history.
     Logs(cluster::LogsArgs),
-    /// Publish sources.
+    /// Publish a configuration directory for `Terraform` objects to read (an OCI artifact).
     #[command(subcommand)]
     Source(SourceCommand),
     /// Evaluate and test `TerraformPolicy` rules offline.

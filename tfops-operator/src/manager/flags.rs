@@ -24,7 +24,7 @@ fn go_duration(text: &str) -> Result<Duration, String> {
 #[command(
     name = "tfops-manager",
     version,
-    about,
+    about = "The tfops controller: reconciles the Terraform objects of a cluster, running plans and applies in runner Pods (run it in the cluster, as the Helm chart does)",
     long_about = None,
     args_override_self = true
 )]

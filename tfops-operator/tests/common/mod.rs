@@ -8,22 +8,16 @@ use std::time::Duration;
 
 pub use tfops_core::api::Binary;
 
-/// The terraform the tests run: `TFOPS_TERRAFORM`, else `terraform` on `PATH`.
+/// The terraform the tests run ([`program`]).
 pub fn terraform() -> PathBuf {
     program(Binary::Terraform)
 }
 
-/// The `binary` the tests run, found as the runner finds it (`TFOPS_TERRAFORM`, `TFOPS_TOFU`,
-/// else `PATH`); `scripts/install-terraform` and `scripts/install-tofu` provide them.
+/// The `binary` the tests run: its variable, `PATH`, or the build of `scripts/install-terraform`
+/// or `scripts/install-tofu` in this checkout ([`tfops_testcluster::tools`]); a test without
+/// one fails at once naming the script to run.
 pub fn program(binary: Binary) -> PathBuf {
-    tfops_runner::server::find_binary(binary.as_str())
-        .map(|(_, path)| path)
-        .unwrap_or_else(|| {
-            panic!(
-                "no {}: run scripts/install-terraform and scripts/install-tofu and set TFOPS_TERRAFORM and TFOPS_TOFU",
-                binary.as_str()
-            )
-        })
+    tfops_testcluster::tools::binary(binary.as_str()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// What a `tfops` invocation printed.

@@ -28,6 +28,9 @@ pub struct RunnerConfig {
     /// with its Pod, or an earlier Pod of this name, which the API server lets exist only
     /// after that Pod ended).
     pub pod_name: Option<String>,
+    /// Where the other binary a setup may ask for by name (`spec.runner.binary`) is, when not
+    /// on `PATH` ([`Overrides::from_env`] in a runner Pod).
+    pub others: Overrides,
 }
 
 /// `TFOPS_RUNNER_HOST` (the Pod's `spec.hostname`, unique in the cluster) when the kernel's
@@ -51,14 +54,7 @@ pub fn held_by_own_host(holder: &str, pod: Option<&str>) -> bool {
 /// Chooses the binary for `binary: auto | terraform | tofu` from the process environment
 /// (`PATH`, `TFOPS_TERRAFORM`, `TFOPS_TOFU`): see [`find_binary_in`].
 pub fn find_binary(choice: &str) -> Option<(String, PathBuf)> {
-    find_binary_in(
-        choice,
-        std::env::var_os("PATH"),
-        &Overrides {
-            terraform: std::env::var_os("TFOPS_TERRAFORM"),
-            tofu: std::env::var_os("TFOPS_TOFU"),
-        },
-    )
+    find_binary_in(choice, std::env::var_os("PATH"), &Overrides::from_env())
 }
 
 /// Paths that name a binary outright instead of searching `PATH` (`TFOPS_TERRAFORM`,
@@ -69,6 +65,16 @@ pub struct Overrides {
     pub terraform: Option<std::ffi::OsString>,
     /// The `tofu` to run.
     pub tofu: Option<std::ffi::OsString>,
+}
+
+impl Overrides {
+    /// `TFOPS_TERRAFORM` and `TFOPS_TOFU`, as set.
+    pub fn from_env() -> Self {
+        Self {
+            terraform: std::env::var_os("TFOPS_TERRAFORM"),
+            tofu: std::env::var_os("TFOPS_TOFU"),
+        }
+    }
 }
 
 /// Chooses the binary for `binary: auto | terraform | tofu`: `auto` prefers `tofu`, then

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
 use super::commands::execute;
-use super::config::{RunnerConfig, find_binary};
+use super::config::{RunnerConfig, find_binary_in};
 use super::context::{Context, Shown, lock};
 use super::results::{command_name, failed};
 use crate::exec::Stream as LineStream;
@@ -90,7 +90,7 @@ impl RunnerService {
         if choice.is_empty() || choice == self.config.binary {
             return Ok((self.config.binary.clone(), self.config.program.clone()));
         }
-        find_binary(choice).ok_or_else(|| {
+        find_binary_in(choice, std::env::var_os("PATH"), &self.config.others).ok_or_else(|| {
             Status::failed_precondition(format!(
                 "spec.runner.binary is {choice}, which this runner does not have (it runs {})",
                 self.config.binary

@@ -12,23 +12,16 @@ use tfops_runner::client::{ClientTls, RunnerClient, ServerTls, Session, serve};
 use tfops_runner::server::{RunnerConfig, RunnerService};
 use tfops_runner::tls::{Pki, runner_server_name};
 
-/// The terraform the tests run: `TFOPS_TERRAFORM`, else `terraform` on `PATH`. The tests need
-/// a real one; `scripts/install-terraform` provides it (scripts/test exports it).
+/// The terraform the tests run ([`program`]).
 pub fn terraform() -> PathBuf {
     program(Binary::Terraform)
 }
 
-/// The `binary` the tests run, found as the runner finds it (`TFOPS_TERRAFORM`, `TFOPS_TOFU`,
-/// else `PATH`); `scripts/install-terraform` and `scripts/install-tofu` provide them.
+/// The `binary` the tests run: its variable, `PATH`, or the build of `scripts/install-terraform`
+/// or `scripts/install-tofu` in this checkout ([`tfops_testcluster::tools`]); a test without
+/// one fails at once naming the script to run.
 pub fn program(binary: Binary) -> PathBuf {
-    tfops_runner::server::find_binary(binary.as_str())
-        .map(|(_, path)| path)
-        .unwrap_or_else(|| {
-            panic!(
-                "no {}: run scripts/install-terraform and scripts/install-tofu and set TFOPS_TERRAFORM and TFOPS_TOFU",
-                binary.as_str()
-            )
-        })
+    tfops_testcluster::tools::binary(binary.as_str()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A configuration: two resources, a variable, outputs (one sensitive), and a value read from
@@ -120,6 +113,11 @@ pub async fn start_runner_with(
         max_log_lines: 10_000,
         kubeconfig: None,
         pod_name: None,
+        // A setup may ask for either binary by name.
+        others: tfops_runner::server::Overrides {
+            terraform: Some(terraform().into()),
+            tofu: Some(program(Binary::Tofu).into()),
+        },
     };
     std::fs::create_dir_all(&config.workdir_root).unwrap();
     std::fs::create_dir_all(&config.home).unwrap();
