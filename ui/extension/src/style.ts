@@ -46,4 +46,6 @@ export function resultIcon(result: string): { className: string; color: string }
 /** A table as Argo CD's detail panels show one. */
 export const TABLE = { width: "100%", borderCollapse: "collapse" as const };
 export const HEAD_CELL = { textAlign: "left" as const, color: ARGO.gray6, fontWeight: 500, textTransform: "uppercase" as const, fontSize: 11, padding: "6px 8px", borderBottom: `1px solid ${ARGO.gray4}` };
+/** What holds a table: it scrolls sideways inside its panel when the window is narrow. */
+export const SCROLL = { overflowX: "auto" as const };
 export const CELL = { padding: "6px 8px", borderBottom: `1px solid #eef2f5`, verticalAlign: "top" as const };

@@ -6,7 +6,7 @@ import { History } from "./history";
 import { Run, applyingPlan, condition, conditions, identities, lock, outputsWritten, pendingPlan, readableNames, runs } from "./model";
 import { PlanView } from "./plan-view";
 import { PullRequests } from "./pulls-view";
-import { ARGO, CELL, HEAD_CELL, TABLE, statusIcon } from "./style";
+import { ARGO, CELL, HEAD_CELL, SCROLL, TABLE, statusIcon } from "./style";
 import { ago, exact } from "./time";
 
 const React: any = (window as any).React;
@@ -47,24 +47,26 @@ function Status(props: { status: string }) {
 }
 
 function Conditions(props: { obj: any }) {
-  return h(
-    "table",
-    { className: "tfops-conditions", style: TABLE },
-    h("thead", null, h("tr", null, ["Type", "Status", "Reason", "Message", "Since"].map((t) => h("th", { key: t, style: HEAD_CELL }, t)))),
+  const rows = conditions(props.obj).map((c) =>
     h(
-      "tbody",
-      null,
-      conditions(props.obj).map((c) =>
-        h(
-          "tr",
-          { key: c.type, "data-condition": c.type },
-          h("td", { style: CELL }, c.type),
-          h("td", { style: CELL }, h(Status, { status: c.status })),
-          h("td", { style: CELL }, c.reason),
-          h("td", { style: CELL }, c.message),
-          h("td", { style: CELL }, c.lastTransitionTime ? h("span", { className: "tfops-time", title: exact(c.lastTransitionTime) }, ago(c.lastTransitionTime)) : "-"),
-        ),
-      ),
+      "tr",
+      { key: c.type, "data-condition": c.type },
+      h("td", { style: CELL }, c.type),
+      h("td", { style: CELL }, h(Status, { status: c.status })),
+      h("td", { style: CELL }, c.reason),
+      h("td", { style: { ...CELL, overflowWrap: "anywhere" } }, c.message),
+      h("td", { style: CELL }, c.lastTransitionTime ? h("span", { className: "tfops-time", title: exact(c.lastTransitionTime) }, ago(c.lastTransitionTime)) : "-"),
+    ),
+  );
+  // Narrow windows scroll the table inside its panel, not the page; a long message wraps.
+  return h(
+    "div",
+    { style: SCROLL },
+    h(
+      "table",
+      { className: "tfops-conditions", style: TABLE },
+      h("thead", null, h("tr", null, ["Type", "Status", "Reason", "Message", "Since"].map((t) => h("th", { key: t, style: HEAD_CELL }, t)))),
+      h("tbody", null, rows),
     ),
   );
 }

@@ -125,9 +125,10 @@ for (const react of ["16", "19"]) {
       "Last planned by system:serviceaccount:team-a:tf-plan; last applied by system:serviceaccount:team-a:tf-apply",
     );
     const rows = await page.$$eval(".tfops-history tbody tr", (r) => r.map((tr) => [...tr.children].slice(-4, -1).map((td) => td.textContent)));
+    // A ServiceAccount by its name in the table (the whole identity on hover, and above).
     assert.deepEqual(rows, [
-      ["-", "system:serviceaccount:team-a:tf-plan", "-"],
-      ["tofu 1.12.6", "system:serviceaccount:team-a:tf-plan", "system:serviceaccount:team-a:tf-apply"],
+      ["-", "tf-plan", "-"],
+      ["tofu 1.12.6", "tf-plan", "tf-apply"],
     ]);
     if (react === "19") await screenshot(page, "healthy");
     assert.deepEqual(errors, []);
@@ -201,6 +202,29 @@ for (const react of ["16", "19"]) {
     assert.equal(await page.textContent(".tfops-run-log"), "terraform plan -out=tfplan\nPlan: 1 to add, 1 to change, 0 to destroy.\n");
     assert.equal(await page.textContent(`${first} .tfops-log-link`), "hide log");
     assert.match(await page.$eval(`${first} .tfops-result i`, (e) => e.className), /fa-pause-circle/);
+    // Long values short, the whole on hover.
+    assert.equal(await page.textContent(`${first} .tfops-revision`), "main@9d8e7f6a5b");
+    assert.equal(await page.getAttribute(`${first} .tfops-revision span`, "title"), "main@sha1:9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e");
+    assert.equal(await page.textContent(`${first} .tfops-planned-by`), "tf-runner");
+    assert.equal(await page.getAttribute(`${first} .tfops-applied-by span`, "title"), "system:serviceaccount:team-a:tf-runner-apply");
+    // Argo CD's resource panel at 1280 px holds the whole table (its log open); at 760 px the
+    // table scrolls inside its panel and the page itself does not.
+    for (const width of [1280, 760]) {
+      await page.setViewportSize({ width, height: 900 });
+      const fit = await page.$eval(".tfops-history", (t) => {
+        const box = t.parentElement;
+        return {
+          table: t.scrollWidth,
+          box: box.clientWidth,
+          scrolls: getComputedStyle(box).overflowX === "auto",
+          page: document.documentElement.scrollWidth,
+        };
+      });
+      assert.ok(fit.page <= width, `at ${width} px the page is ${fit.page} px wide`);
+      assert.ok(fit.scrolls, `at ${width} px the table's panel scrolls`);
+      if (width === 1280) assert.ok(fit.table <= fit.box, `at 1280 px the table (${fit.table} px) fits its panel (${fit.box} px)`);
+      if (react === "19") await screenshot(page, `runs-${width}`);
+    }
     assert.deepEqual(errors, []);
     await page.close();
   });
