@@ -193,6 +193,19 @@ struct Leader {
     acted: Vec<(jiff::Timestamp, String)>,
 }
 
+/// The steps whose work is the manager's own requests to the API server. The others are a
+/// look at the source, or the runner's work (its identity, its Pod): an old leader's runner
+/// command started before the hand-over may end after it.
+const WRITES: [&str; 7] = [
+    "AddFinalizer",
+    "StartRunner",
+    "StartApplyRunner",
+    "Cleanup",
+    "DeletePlansAndOutputs",
+    "DeleteState",
+    "RemoveFinalizer",
+];
+
 fn leaders(soak: &Soak) -> Vec<Leader> {
     let mut leaders = Vec::new();
     for r in &soak.replicas {
@@ -206,18 +219,17 @@ fn leaders(soak: &Soak) -> Vec<Leader> {
                 let Some(at) = v["timestamp"].as_str().and_then(|t| t.parse().ok()) else {
                     continue;
                 };
-                let looked_only = matches!(
-                    v["step"].as_str(),
-                    Some("ResolveSource" | "CompareSource" | "FetchSource")
-                );
+                let step = v["step"].as_str().unwrap_or_default();
+                let object = || v["object"].as_str().unwrap_or_default().to_string();
                 match v["message"].as_str() {
                     Some("leading") => led_at = led_at.or(Some(at)),
-                    // A step that did something: not a look at the source, and not one the
-                    // fence stopped (those log "step failed").
-                    Some("step succeeded") if !looked_only => {
-                        let object = v["object"].as_str().unwrap_or_default().to_string();
-                        acted.push((at, object));
-                    }
+                    // A write of the manager's own to the API server that went through (the
+                    // fence makes one refused after its authority a "step failed").
+                    Some("step succeeded") if WRITES.contains(&step) => acted.push((at, object())),
+                    // An apply begins only after the status recording it was written: that
+                    // write is the manager's act. (Its end is the runner's: an apply started
+                    // before a hand-over runs on, and the new leader attaches to it.)
+                    Some("step started") if step == "Apply" => acted.push((at, object())),
                     _ => {}
                 }
             }
