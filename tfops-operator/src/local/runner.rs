@@ -337,6 +337,12 @@ impl Narrated {
         let result = f.await;
         printer.stop_spinner();
         let elapsed = start.elapsed();
+        tracing::debug!(
+            command = what,
+            elapsed_ms = elapsed.as_secs_f64() * 1000.0,
+            ok = result.is_ok(),
+            "runner command"
+        );
         let time = if elapsed >= Duration::from_millis(500) {
             format!(" ({:.1}s)", elapsed.as_secs_f64())
         } else {
