@@ -9,6 +9,7 @@
 //!   put in words.
 //! - [`state_rescue`]: the state of an apply or destroy that Terraform could not write at its
 //!   end (the API server away), pushed once the backend takes it.
+//! - [`version_cache`]: the binary's version, remembered by runners sharing a working root.
 //! - [`stores`]: what the runner writes for its object (plans, outputs), given by the
 //!   composition root.
 
@@ -21,6 +22,7 @@ pub mod state_rescue;
 pub mod stores;
 pub mod terraform;
 pub mod tls;
+pub mod version_cache;
 pub mod workdir;
 
 /// The `tracing` target of Terraform's output lines in the runner's log: each line a command

@@ -121,6 +121,10 @@ impl RunnerService {
     async fn binary_version(&self) -> Result<String, TfError> {
         self.version
             .get_or_try_init(|| async {
+                let (root, program) = (&self.config.workdir_root, &self.config.program);
+                if let Some(known) = crate::version_cache::read(root, program) {
+                    return Ok(known);
+                }
                 let tf = Terraform {
                     program: self.config.program.clone(),
                     dir: self.config.workdir_root.clone(),
@@ -129,7 +133,9 @@ impl RunnerService {
                 };
                 let (log, _) = mpsc::unbounded_channel();
                 let (_cancel_tx, cancel) = watch::channel(false);
-                tf.version(&Io { log, cancel }).await
+                let version = tf.version(&Io { log, cancel }).await?;
+                crate::version_cache::write(root, program, &version);
+                Ok(version)
             })
             .await
             .cloned()
