@@ -37,6 +37,8 @@ pub(crate) struct Settings {
     pub(crate) minutes: f64,
     /// Where the report, the event log, the ledger and every component's log are kept.
     pub(crate) out: PathBuf,
+    /// The commit the soak runs (the report says it).
+    pub(crate) commit: String,
 }
 
 impl Settings {
@@ -56,7 +58,12 @@ impl Settings {
                     .join("../target/soak")
                     .join(seed.to_string())
             });
-        Self { seed, minutes, out }
+        Self {
+            seed,
+            minutes,
+            out,
+            commit: report::git_commit(),
+        }
     }
 }
 

@@ -33,7 +33,8 @@ fn percentile(sorted: &[Duration], p: f64) -> String {
     format!("{:.1} s", sorted[i].as_secs_f64())
 }
 
-fn git_commit() -> String {
+/// The commit checked out now (read when the soak starts: the tree may move on meanwhile).
+pub(crate) fn git_commit() -> String {
     std::process::Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -50,7 +51,7 @@ pub(crate) fn write(soak: &Soak, converged: &Converged, findings: &[Finding]) ->
     let _ = writeln!(
         r,
         "commit {}; Kubernetes 1.37.2, etcd 3.7.3, Terraform {}; faults and users for {:.1} min, {:.1} min in all\n",
-        git_commit(),
+        soak.settings.commit,
         terraform_version(),
         soak.settings.minutes,
         soak.started.elapsed().as_secs_f64() / 60.0
@@ -154,12 +155,15 @@ pub(crate) fn write(soak: &Soak, converged: &Converged, findings: &[Finding]) ->
     for rep in &soak.replicas {
         let _ = writeln!(
             r,
-            "| {} | {} | {} | {:.1} MiB | {:.1} MiB |",
+            "| {} | {} | {} | {:.1} MiB | {} |",
             rep.identity,
             rep.logs.len(),
             rep.lease_losses,
             rep.memory_at_start as f64 / 1024.0,
-            memory(rep).unwrap_or(0) as f64 / 1024.0
+            memory(rep).map_or("not running".into(), |m| format!(
+                "{:.1} MiB",
+                m as f64 / 1024.0
+            ))
         );
     }
     keep(soak, &r);
