@@ -21,6 +21,11 @@ pub(crate) fn measure(image: &str, samples: usize) -> Floor {
                 "runc",
                 "run",
                 "--rm",
+                // As the node agent runs a runner Pod (this machine's limits allow no more).
+                "--ulimit",
+                "nofile=20000:20000",
+                "--ulimit",
+                "nproc=4096:4096",
                 "--pull",
                 "never",
                 "--entrypoint",

@@ -217,7 +217,8 @@ impl Check {
         let first = first_step(log, asked);
         let runner = step(log, asked, "StartRunner");
         let setup = step(log, asked, "Setup");
-        let plan = step(log, asked, "Plan");
+        // A drift check's plan is the `DetectDrift` step (`plan -refresh-only`).
+        let plan = step(log, asked, "DetectDrift").or_else(|| step(log, asked, "Plan"));
         let clean = step(log, asked, "Cleanup").map(|(s, _)| s);
         let runner_asked = runner.map(|(s, _)| s);
         let connected = runner.and_then(|(_, e)| e);
