@@ -113,6 +113,15 @@ test("the admin reads the plan through Argo CD's API and approves it; tfops appl
   for (const width of [1280, 760]) {
     const { page } = await open("admin", width);
     await page.waitForSelector(".tfops-plan");
+    await page.waitForSelector(".tfops-history tbody tr");
+    // The runs table fits its panel at 1280 px; narrower, it scrolls inside it, not the page.
+    const fit = await page.$eval(".tfops-history", (t) => ({
+      table: t.scrollWidth,
+      box: t.parentElement.clientWidth,
+      page: document.documentElement.scrollWidth,
+    }));
+    assert.ok(fit.page <= width, `at ${width} px the page is ${fit.page} px wide`);
+    if (width === 1280) assert.ok(fit.table <= fit.box, `at 1280 px the runs table (${fit.table} px) overflows its panel (${fit.box} px)`);
     await screenshot(page, `argocd-awaiting-approval-${width}`);
     await page.close();
   }
