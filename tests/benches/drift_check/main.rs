@@ -46,9 +46,10 @@ fn main() {
     let image = support::runner_image();
     if part != "throughput" {
         println!("drift_check: {samples} samples per kind, runner image {image}");
-        let floor = floor::measure(&image, samples);
-        let fresh = runtime.block_on(checks(samples, true));
-        let kept = runtime.block_on(checks(samples, false));
+        let mut floor = floor::measure(&image, samples);
+        let (fresh, _) = runtime.block_on(checks(samples, true));
+        let (kept, direct_kubernetes) = runtime.block_on(checks(samples, false));
+        floor.direct_kubernetes = direct_kubernetes;
         phases::print(&fresh, &kept, &floor);
     }
     if part != "phases" {
@@ -67,8 +68,9 @@ fn main() {
 }
 
 /// `samples` drift checks of one object, each asked with the reconcile annotation and ended
-/// when its run is recorded; `cleanup`: a Pod per run, else the Pod kept.
-async fn checks(samples: usize, cleanup: bool) -> Vec<Check> {
+/// when its run is recorded; `cleanup`: a Pod per run, else the Pod kept. With the Pod kept,
+/// also the direct commands with their state in this cluster ([`floor::direct`]).
+async fn checks(samples: usize, cleanup: bool) -> (Vec<Check>, Vec<Duration>) {
     let op = Operator::start_in_containers().await;
     let mut spec = json!({"approvePlan": "auto", "interval": "1h"});
     if !cleanup {
@@ -110,7 +112,15 @@ async fn checks(samples: usize, cleanup: bool) -> Vec<Check> {
             cleanup,
         ));
     }
-    done
+    let direct_kubernetes = if cleanup {
+        Vec::new()
+    } else {
+        let kubeconfig = op.kubeconfig.clone();
+        tokio::task::spawn_blocking(move || floor::direct(samples, Some(&kubeconfig)))
+            .await
+            .unwrap()
+    };
+    (done, direct_kubernetes)
 }
 
 /// The newest run of the object's history (the manager records a run just after its last

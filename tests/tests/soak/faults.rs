@@ -33,10 +33,11 @@ pub(crate) enum Fault {
     RunnerPodDeleted,
     QuotaZero,
     Cordoned,
+    RunnerOomKilled,
 }
 
 /// Every fault, for the seed to choose from.
-pub(crate) const ALL: [Fault; 14] = [
+pub(crate) const ALL: [Fault; 15] = [
     Fault::ApiServerKilled,
     Fault::ApiServerPaused,
     Fault::EtcdKilled,
@@ -51,6 +52,7 @@ pub(crate) const ALL: [Fault; 14] = [
     Fault::RunnerPodDeleted,
     Fault::QuotaZero,
     Fault::Cordoned,
+    Fault::RunnerOomKilled,
 ];
 
 impl Fault {
@@ -70,6 +72,7 @@ impl Fault {
             Self::RunnerPodDeleted => "runner Pod deleted",
             Self::QuotaZero => "quota of zero Pods",
             Self::Cordoned => "node cordoned",
+            Self::RunnerOomKilled => "runner container OOM-killed",
         }
     }
 
@@ -86,9 +89,18 @@ impl Fault {
     fn exclusive(self) -> bool {
         !matches!(
             self,
-            Self::RunnerKilled | Self::RunnerPodDeleted | Self::Compaction
+            Self::RunnerKilled | Self::RunnerPodDeleted | Self::RunnerOomKilled | Self::Compaction
         )
     }
+}
+
+/// Of `faults`, those `only` names (all when it names none).
+pub(crate) fn allowed(faults: &[Fault], only: &[String]) -> Vec<Fault> {
+    faults
+        .iter()
+        .copied()
+        .filter(|f| only.is_empty() || only.iter().any(|o| o == f.name()))
+        .collect()
 }
 
 /// A fault under way, healed at `until`.
@@ -176,7 +188,12 @@ impl Soak {
             Fault::ManagerKilled,
             Fault::ManagerFrozenPastLease,
             Fault::RunnerFrozen,
+            Fault::RunnerOomKilled,
         ];
+        let aimed = allowed(&aimed, &self.settings.only);
+        if aimed.is_empty() {
+            return false;
+        }
         let fault = aimed[self.rng.usize(..aimed.len())];
         self.inject(fault, true).await;
         true
@@ -214,7 +231,9 @@ impl Soak {
             ManagerKilled | ManagerTerminated | ManagerFrozenPastLease => {
                 self.strike_manager(fault, lasting).await
             }
-            RunnerKilled | RunnerFrozen | RunnerPodDeleted => self.strike_runner(fault).await,
+            RunnerKilled | RunnerFrozen | RunnerPodDeleted | RunnerOomKilled => {
+                self.strike_runner(fault).await
+            }
             QuotaZero => {
                 let ns = if self.rng.bool() { "team-a" } else { "team-b" };
                 let quota: ResourceQuota = crate::support::from_json(
@@ -289,6 +308,13 @@ impl Soak {
         match fault {
             Fault::RunnerKilled => podman(&["kill", "--signal", "KILL", &container]),
             Fault::RunnerFrozen => podman(&["pause", &container]),
+            // Its memory limit cut below what it uses, as an in-place resize would: the
+            // kernel's OOM killer ends it, and the node agent reports `OOMKilled`.
+            Fault::RunnerOomKilled => self
+                .op
+                .cluster
+                .node()
+                .is_some_and(|node| node.set_memory_limit(&ns, &name, 1 << 20)),
             _ => Api::<Pod>::namespaced(self.op.admin.clone(), &ns)
                 .delete(&name, &DeleteParams::default())
                 .await

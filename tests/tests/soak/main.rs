@@ -39,6 +39,9 @@ pub(crate) struct Settings {
     pub(crate) out: PathBuf,
     /// The commit the soak runs (the report says it).
     pub(crate) commit: String,
+    /// Only these faults (their names as the report gives them, `TFOPS_SOAK_ONLY`,
+    /// comma-separated); all when empty. To reproduce one kind of fault on its own.
+    pub(crate) only: Vec<String>,
 }
 
 impl Settings {
@@ -63,6 +66,12 @@ impl Settings {
             minutes,
             out,
             commit: report::git_commit(),
+            only: std::env::var("TFOPS_SOAK_ONLY")
+                .unwrap_or_default()
+                .split(',')
+                .map(|f| f.trim().to_string())
+                .filter(|f| !f.is_empty())
+                .collect(),
         }
     }
 }

@@ -130,7 +130,13 @@ pub(crate) async fn drive(soak: &mut Soak, length: Duration) {
             if faults_made.is_multiple_of(3) {
                 aiming = Some(Instant::now());
             } else if soak.active.len() < 3 {
-                let fault = faults::ALL[soak.rng.usize(..faults::ALL.len())];
+                let all = faults::allowed(&faults::ALL, &soak.settings.only);
+                assert!(
+                    !all.is_empty(),
+                    "TFOPS_SOAK_ONLY names no fault: {:?}",
+                    soak.settings.only
+                );
+                let fault = all[soak.rng.usize(..all.len())];
                 soak.inject(fault, false).await;
             }
             next_fault = Instant::now() + Duration::from_millis(soak.rng.u64(3000..10_000));

@@ -82,9 +82,17 @@ pub fn set_limit(uid: &str, limit: u64) -> bool {
     } else {
         ("memory.max", ("memory.oom.group", "1"))
     };
-    let set = std::fs::write(dir.join(file), limit.to_string()).is_ok();
     let _ = std::fs::write(dir.join(group.0), group.1);
-    set
+    if std::fs::write(dir.join(file), limit.to_string()).is_ok() {
+        return true;
+    }
+    // cgroup v1 refuses a limit below what the group uses (EBUSY, once reclaim fails): the
+    // limit then is what it uses now, and its next allocation is out of memory.
+    let usage = std::fs::read_to_string(dir.join("memory.usage_in_bytes"))
+        .ok()
+        .and_then(|u| u.trim().parse::<u64>().ok());
+    v1 && usage
+        .is_some_and(|used| std::fs::write(dir.join(file), (used + (64 << 10)).to_string()).is_ok())
 }
 
 /// Whether a process of the Pod's cgroup (or of a group below it) waits at the memory limit
