@@ -165,6 +165,9 @@ struct Model {
     /// The model of the approval timeline, independent of how tfops decides: per object, the
     /// changes a human approved after seeing them pending and that were not applied since.
     approved: [Option<Changes>; 2],
+    /// Per object, the generation whose spec the apply a crashed driver left under way was
+    /// planned from (the spec the crashed reconcile started with).
+    left_applying: [Option<i64>; 2],
 }
 
 impl Model {
@@ -191,6 +194,7 @@ impl Model {
             repos: [REPO, OTHER_REPO],
             counter: 0,
             approved: [None, None],
+            left_applying: [None, None],
         }
     }
 
@@ -584,6 +588,32 @@ impl Model {
                     seen
                 );
             }
+        }
+
+        // A driver that dies after its apply leaves it under way, planned from the spec it
+        // started with. The run that attaches to it and plans nothing answers for that spec
+        // only: a spec written meanwhile is not observed by it (it is planned next).
+        let left = w.object(key).is_some_and(|o| o.status.active_run.is_some());
+        if left && calls.iter().any(|c| c.op == FakeOp::Apply) {
+            self.left_applying[i] = Some(before.metadata.generation);
+        }
+        let planned = calls
+            .iter()
+            .any(|c| matches!(c.op, FakeOp::Plan | FakeOp::RefreshPlan));
+        if let (Some(planned_at), Some(after)) = (self.left_applying[i], w.object(key))
+            && calls.iter().any(|c| c.op == FakeOp::Attach)
+            && !planned
+            && result.is_ok()
+        {
+            prop_assert!(
+                after.status.observed_generation <= planned_at,
+                "generation {} observed by a run that only attached to the apply planned at {}",
+                after.status.observed_generation,
+                planned_at
+            );
+        }
+        if planned && !left {
+            self.left_applying[i] = None;
         }
 
         // Nothing runs twice: an apply recorded as under way (its driver stopped) is attached to
@@ -1035,6 +1065,28 @@ proptest! {
         }
         check_deletion_terminates(&mut model, &rt)?;
     }
+}
+
+/// The soak's seed-7 history in the model: a driver dies after its apply, the spec changes
+/// while nobody drives, the next driver attaches (the invariants of `reconcile_and_check`,
+/// the attached run's observed generation among them), and then plans the newer spec.
+#[test]
+fn a_spec_changed_while_an_apply_was_left_is_not_observed_by_the_attach() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut model = Model::new(false);
+    for a in [
+        Action::CrashAfterApply,
+        Action::Reconcile(0),
+        Action::Edit(0, Edit::ApproveManual),
+        Action::Reconcile(0),
+        Action::Reconcile(0),
+    ] {
+        model.apply(&a, &rt).unwrap();
+    }
+    let o = model.world.object(&model.keys[0]).unwrap();
+    assert_eq!(o.status.observed_generation, o.metadata.generation);
 }
 
 /// Deletions that destroy, often: both objects start asking to destroy on deletion and to
