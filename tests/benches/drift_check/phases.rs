@@ -40,6 +40,21 @@ pub(crate) enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in the order a run goes through them.
+    pub(crate) const ALL_PHASES: [Phase; 11] = [
+        Phase::Seen,
+        Phase::Source,
+        Phase::PodCreated,
+        Phase::Scheduled,
+        Phase::Running,
+        Phase::Ready,
+        Phase::Connected,
+        Phase::Setup,
+        Phase::Plan,
+        Phase::Status,
+        Phase::Gone,
+    ];
+
     fn label(self) -> &'static str {
         match self {
             Phase::Seen => "request → manager's first step",
@@ -329,21 +344,4 @@ pub(crate) fn print(fresh: &[Check], kept: &[Check], floor: &crate::floor::Floor
         kept / direct,
         kept / in_cluster
     );
-}
-
-impl Phase {
-    /// Every phase, in the order a run goes through them.
-    pub(crate) const ALL_PHASES: [Phase; 11] = [
-        Phase::Seen,
-        Phase::Source,
-        Phase::PodCreated,
-        Phase::Scheduled,
-        Phase::Running,
-        Phase::Ready,
-        Phase::Connected,
-        Phase::Setup,
-        Phase::Plan,
-        Phase::Status,
-        Phase::Gone,
-    ];
 }
