@@ -134,10 +134,11 @@ pub(super) fn resumed(run: &mut Run<'_>, active: &ActiveRun) -> Result<Done, Sto
         "applied plan {} at {} (attached to run {} after the driver restarted)",
         active.plan_id, active.revision, active.run_id
     );
-    record_applied(run, active, message.clone())?;
+    // Before recording: a destroy ends the run there.
     if active.generation > 0 {
         run.observed = Some(active.generation);
     }
+    record_applied(run, active, message.clone())?;
     Ok(Done {
         reason: Reason::TerraformAppliedSucceed,
         message,
