@@ -203,6 +203,59 @@ async fn a_runner_container_oom_killed_mid_apply_converges_with_no_human() {
                 && e.reason.as_deref() == Some("LockHolderGone")
         });
     assert!(released, "the dead runner's lock was released, and said so");
+    nothing_left(&op).await;
+
+    // The limit cut below what an apply uses while it runs (as an in-place resize does): the
+    // container is OOM-killed, and the runtime's own processes in the Pod's cgroup (podman's
+    // monitor, its cleanup) must not stay held at that limit.
+    let waits = format!(
+        "{}\nresource \"terraform_data\" \"cut\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep 120\"\n  }}\n}}\n",
+        slow(0)
+    );
+    op.git.commit("infra", &[("main.tf", &waits)]);
+    applying(&op, "greedy").await;
+    let node = op.cluster.node().unwrap();
+    assert!(node.set_memory_limit("team-a", "greedy-tf-runner", 1 << 20));
+    op.wait_for("greedy", "reported the OOM kill of the cut", 90, move |t| {
+        t.status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|c| c.message.contains(expected)))
+    })
+    .await;
+    op.git.commit("infra", &[("main.tf", &slow(0))]);
+    // The killed apply's resource never reached the state: the next plan may have nothing to do.
+    op.wait_for("greedy", "Ready after the cut", 240, |t| {
+        ready_with(t, "TerraformAppliedSucceed") || ready_with(t, "TerraformPlannedNoChanges")
+    })
+    .await;
+    nothing_left(&op).await;
+}
+
+/// Once the runner Pods are gone, nothing of them is left on the host: no cgroup, no process
+/// (the node agent's [`leftovers`](tfops_testcluster::node::NodeAgent::leftovers)); half a
+/// minute for the runtime's monitor to end after its container.
+async fn nothing_left(op: &Operator) {
+    let pods: Api<Pod> = Api::namespaced(op.admin.clone(), "team-a");
+    let began = Instant::now();
+    loop {
+        let live: std::collections::HashSet<String> = pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.uid)
+            .collect();
+        let left = op.cluster.node().unwrap().leftovers(&live);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "left on the host: {left:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The resources of the Terraform state in the object's state Secret: address → id.

@@ -66,18 +66,7 @@ async fn killed_mid_apply_converges(op: &Operator, name: &str, oom: bool) {
         |t| ready_with(t, "TerraformAppliedSucceed"),
     )
     .await;
-    let events: Api<k8s_openapi::api::core::v1::Event> =
-        Api::namespaced(op.admin.clone(), "team-a");
-    let released = events
-        .list(&kube::api::ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(name))
-        .find(|e| e.reason.as_deref() == Some("LockHolderGone"))
-        .expect("an event says the dead runner's lock was released");
-    let message = released.message.unwrap_or_default();
+    let message = lock_released(op, name).await;
     assert!(
         message.contains(&pod) && message.contains("gone"),
         "{message}"
@@ -171,4 +160,61 @@ async fn a_controller_killed_mid_apply_is_followed_by_one_that_attaches() {
             .all(|u| u == "system:serviceaccount:team-a:tf-runner"),
         "{writers:?}"
     );
+}
+
+/// Found by the soak (seed 20261205): with a separate apply runner (`spec.runner.apply`), the
+/// apply runner killed mid-apply left its lock naming the apply runner's host; every later run
+/// planned in the plan runner, found the lock, and stopped (`LockHeld`), since only the apply
+/// runner itself could prove it stale and it never started again. Now the run looks for the
+/// apply runner's Pod, finds it gone, releases the lock (`LockHolderGone`) and converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_apply_runner_killed_mid_apply_leaves_no_lock_that_stops_the_object() {
+    let op = Operator::start_with_processes(&[]).await;
+    let name = "split";
+    op.git.commit("infra", &[("main.tf", &slow(60))]);
+    let runner = json!({"apply": {"serviceAccountName": "tf-runner"}});
+    op.apply(&op.manifest(name, json!({"approvePlan": "auto", "runner": runner})));
+    applying(&op, name).await;
+    let pod = format!("{name}-tf-runner-apply");
+    assert!(
+        op.cluster.node().unwrap().kill("team-a", &pod),
+        "the apply runner runs"
+    );
+    let expected = format!("runner Pod team-a/{pod} died");
+    op.wait_for(name, "reported the apply runner's death", 60, move |t| {
+        t.status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|c| c.message.contains(&expected)))
+    })
+    .await;
+    op.git.commit("infra", &[("main.tf", &slow(0))]);
+    op.wait_for(
+        name,
+        "applied after the dead apply runner's lock was released",
+        180,
+        |t| ready_with(t, "TerraformAppliedSucceed"),
+    )
+    .await;
+    let message = lock_released(&op, name).await;
+    assert!(
+        message.contains("apply runner, whose Pod is gone"),
+        "{message}"
+    );
+}
+
+/// The message of the event saying that object `name`'s lock was released, its holder gone.
+async fn lock_released(op: &Operator, name: &str) -> String {
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(op.admin.clone(), "team-a");
+    events
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .find(|e| e.reason.as_deref() == Some("LockHolderGone"))
+        .expect("an event says the dead runner's lock was released")
+        .message
+        .unwrap_or_default()
 }

@@ -284,13 +284,24 @@ async fn policy_and_failures(op: &Operator, gitea: &Gitea) {
         s != "pending"
     })
     .await;
+    let (aggregate, _) =
+        status_where(gitea, &denied_head, "tfops", 30, |s, _| s != "pending").await;
+    assert_eq!(aggregate, "failure");
     let status = statuses(gitea, &denied_head).await;
+    // Each status went from pending to its verdict once: never back to pending.
+    for context in ["tfops/team-a/b", "tfops"] {
+        let states = support::pulls::history(gitea, &denied_head, context).await;
+        let verdict = states.iter().position(|s| s != "pending");
+        assert!(
+            verdict.is_some_and(|v| states[v..].iter().all(|s| s == "failure")),
+            "{context}: {states:?}"
+        );
+    }
     assert_eq!(status["tfops/team-a/b"].0, "failure", "{status:?}");
     assert!(
         said.contains("denied by policy") && said.contains("no new resources"),
         "{said}"
     );
-    assert_eq!(status["tfops"].0, "failure");
     let body = comment_where(gitea, denied, 30, |b| b.contains("denied by policy")).await;
     assert!(body.contains("**team-a/b**"), "{body}");
 

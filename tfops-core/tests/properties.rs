@@ -64,6 +64,9 @@ enum Action {
     Advance(u64),
     Drift(usize),
     LockState(usize),
+    /// The object's apply runner (`spec.runner.apply`) holds the state lock, its Pod still
+    /// there (`.1`: perhaps applying) or gone.
+    LockByApplyRunner(usize, bool),
     Delete(usize),
     /// Adds or removes a `Deny` policy: no resource may become "2", and (rule 2) no plan may
     /// delete `terraform_data.drifted`.
@@ -148,6 +151,7 @@ fn action() -> impl Strategy<Value = Action> {
         3 => proptest::sample::select(&[1u64, 20, 300, 660, 7200][..]).prop_map(Action::Advance),
         1 => obj.clone().prop_map(Action::Drift),
         1 => obj.clone().prop_map(Action::LockState),
+        1 => (obj.clone(), any::<bool>()).prop_map(|(o, alive)| Action::LockByApplyRunner(o, alive)),
         1 => (0usize..6).prop_filter_map("rare", |o| (o < 2).then_some(o)).prop_map(Action::Delete),
         1 => Just(Action::TogglePolicy),
         1 => Just(Action::LoseRunners),
@@ -384,6 +388,9 @@ impl Model {
             Action::Advance(secs) => w.advance(Duration::from_secs(secs)),
             Action::Drift(i) => w.drift(&self.keys[i], "terraform_data.drifted", "by hand"),
             Action::LockState(i) => w.lock_state(&self.keys[i], "lock-1", "crashed-runner"),
+            Action::LockByApplyRunner(i, alive) => {
+                w.lock_state_of_apply_runner(&self.keys[i], "lock-2", alive);
+            }
             Action::Delete(i) => w.delete(&self.keys[i]),
             Action::LoseRunners => w.lose_runners(),
             Action::CrashAfterApply => w.crash_after_next_apply(),
@@ -431,6 +438,29 @@ impl Model {
                 .unwrap_or_default()
         };
         let real_before = real();
+        // The lock held by this object's apply runner whose Pod is still there (the model's
+        // own record of who holds it): nothing but a user's request may break it.
+        let held_by_live_runner = {
+            let l = w.lock();
+            l.live_apply_runners.contains(key)
+                && l.infra
+                    .get(key)
+                    .and_then(|i| i.lock.as_ref())
+                    .is_some_and(|(_, holder)| {
+                        let pod = tfops_core::naming::apply_runner_pod_name(&key.name);
+                        holder.ends_with(&tfops_core::naming::runner_host(&key.namespace, &pod))
+                    })
+        };
+        let lock_id_before = w
+            .lock()
+            .infra
+            .get(key)
+            .and_then(|i| i.lock.as_ref().map(|l| l.0.clone()));
+        let unlock_asked = lock_id_before.as_deref().is_some_and(|id| {
+            before.annotation(annotations::FORCE_UNLOCK) == Some(id)
+                || (before.spec.tfstate.force_unlock == tfops_core::api::ForceUnlock::Yes
+                    && before.spec.tfstate.lock_identifier == id)
+        });
         // What the human had approved when this reconcile started (the checks below void
         // an approval once it was used).
         let approved_before = self.approved[i].clone();
@@ -440,6 +470,20 @@ impl Model {
         let calls: Vec<_> = w.lock().calls[calls_before..].to_vec();
         let new_sessions = w.lock().sessions > sessions_before;
         let deleting = before.metadata.deletion_timestamp.is_some();
+
+        // A lock whose holder may still be applying is never broken by tfops on its own.
+        if held_by_live_runner && !unlock_asked {
+            let after = w
+                .lock()
+                .infra
+                .get(key)
+                .and_then(|i| i.lock.as_ref().map(|l| l.0.clone()));
+            prop_assert_eq!(
+                after,
+                lock_id_before.clone(),
+                "the lock of an apply runner still there was broken"
+            );
+        }
 
         // A suspended object (spec.suspend, or the suspend annotation with any value) starts
         // nothing: no runner session, no apply (deletion is not a run and goes on).
@@ -708,7 +752,7 @@ impl Model {
             .records
             .iter()
             .rev()
-            .filter(|r| r.step != StepKind::Cleanup);
+            .filter(|r| r.step != StepKind::Cleanup && r.step != StepKind::ProbeRunner);
         let mut last = ending.next();
         if last.is_some_and(|r| r.step == StepKind::ForceUnlock && r.result.is_err()) {
             last = ending.next();

@@ -272,3 +272,51 @@ async fn a_lost_apply_plans_again_only_once_its_dependencies_are_ready() {
         "the lost apply is reported"
     );
 }
+
+/// Found by the soak (seed 20261205, with `spec.runner.apply`): the apply runner was killed
+/// mid-apply and its Pod deleted; its lock names the apply runner's host, which only that
+/// runner could prove stale, and every later run stopped at the plan runner's `LockHeld`: the
+/// apply runner never started again, and the object (being deleted) waited for a human.
+#[tokio::test]
+async fn a_lock_of_this_objects_apply_runner_whose_pod_is_gone_is_released() {
+    let w = world();
+    let key = w.create(object(
+        "vpc",
+        json!({"approvePlan": "auto", "runner": {"apply": {"serviceAccountName": "tf-apply"}}}),
+    ));
+    w.lock_state_of_apply_runner(&key, "lock-10", false);
+    reconcile(&w, &key).await;
+    assert_eq!(w.calls_of(&key, FakeOp::Unlock), 1, "released once");
+    assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+    assert_eq!(w.applies(&key), 1);
+    let said = w.lock().events.iter().any(|(k, e)| {
+        *k == key
+            && e.reason == tfops_core::conditions::Reason::LockHolderGone
+            && e.message.contains("apply runner, whose Pod is gone")
+    });
+    assert!(said, "an event says why the lock was broken");
+}
+
+#[tokio::test]
+async fn a_lock_of_this_objects_apply_runner_still_there_is_kept_until_its_pod_is_gone() {
+    let w = world();
+    let key = w.create(object(
+        "vpc",
+        json!({"approvePlan": "auto", "tfstate": {"forceUnlock": "auto"}, "runner": {"apply": {"serviceAccountName": "tf-apply"}}}),
+    ));
+    // Its Pod is there: perhaps still applying. Not even `forceUnlock: auto` breaks it.
+    w.lock_state_of_apply_runner(&key, "lock-11", true);
+    reconcile(&w, &key).await;
+    assert_eq!(w.calls_of(&key, FakeOp::Unlock), 0, "kept");
+    let (status, reason, _) = ready(&w, &key);
+    assert_eq!((status, reason.as_str()), (False, "LockHeld"));
+    assert_eq!(w.applies(&key), 0);
+
+    // Its Pod went (the apply ended, or the Pod was deleted): the next run releases it.
+    w.lock_state_of_apply_runner(&key, "lock-11", false);
+    w.advance(std::time::Duration::from_secs(16));
+    reconcile(&w, &key).await;
+    assert_eq!(w.calls_of(&key, FakeOp::Unlock), 1);
+    assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+    assert_eq!(w.applies(&key), 1);
+}

@@ -1,6 +1,7 @@
 //! What the objects' users do, one action at a time, chosen by the seed: commits, variable
 //! edits, approvals of the current plan, of a stale plan and of a plan that never existed,
-//! re-plans, suspends, deletions with and without destroy, the same name created again.
+//! re-plans, suspends, moves to the other shard, deletions with and without destroy, the same
+//! name created again.
 
 use std::time::Duration;
 
@@ -33,14 +34,15 @@ pub(crate) async fn act(soak: &mut Soak) {
 
 fn kind_of(roll: u32) -> &'static str {
     match roll {
-        0..25 => "commit",
-        25..45 => "edit a variable",
-        45..70 => "approve the current plan",
-        70..75 => "approve a stale plan",
-        75..80 => "approve a plan that never was",
-        80..85 => "re-plan",
-        85..90 => "suspend or resume",
-        90..95 => "delete",
+        0..23 => "commit",
+        23..42 => "edit a variable",
+        42..66 => "approve the current plan",
+        66..71 => "approve a stale plan",
+        71..76 => "approve a plan that never was",
+        76..81 => "re-plan",
+        81..86 => "suspend or resume",
+        86..91 => "move to the other shard",
+        91..96 => "delete",
         _ => "create again",
     }
 }
@@ -48,14 +50,15 @@ fn kind_of(roll: u32) -> &'static str {
 async fn one(soak: &mut Soak, roll: u32) -> (&'static str, Done) {
     let kind = kind_of(roll);
     let result = match roll {
-        0..25 => commit(soak),
-        25..45 => edit(soak).await,
-        45..70 => approve_current(soak).await,
-        70..75 => approve_other(soak, true).await,
-        75..80 => approve_other(soak, false).await,
-        80..85 => replan(soak).await,
-        85..90 => suspend(soak).await,
-        90..95 => delete(soak).await,
+        0..23 => commit(soak),
+        23..42 => edit(soak).await,
+        42..66 => approve_current(soak).await,
+        66..71 => approve_other(soak, true).await,
+        71..76 => approve_other(soak, false).await,
+        76..81 => replan(soak).await,
+        81..86 => suspend(soak).await,
+        86..91 => move_shard(soak).await,
+        91..96 => delete(soak).await,
         _ => create_again(soak).await,
     };
     (kind, result)
@@ -200,6 +203,29 @@ async fn suspend(soak: &mut Soak) -> Done {
     Ok(Some(format!(
         "{} suspended: {now}",
         soak.world.objects[i].key()
+    )))
+}
+
+/// Moves an object to the other shard (its label): the old shard's leader lets it go, the
+/// new one's takes it up, an apply under way included.
+async fn move_shard(soak: &mut Soak) -> Done {
+    let Some(i) = pick(soak, |o| o.alive) else {
+        return Ok(None);
+    };
+    let before = soak.world.objects[i].shard.clone();
+    let after = match before {
+        Some(_) => None,
+        None => Some(workload::SHARD.to_string()),
+    };
+    soak.world.objects[i].shard = after.clone();
+    if let Err(e) = workload::write(&mut soak.world, i, &soak.op.admin, &soak.repo_url).await {
+        soak.world.objects[i].shard = before;
+        return Err(e);
+    }
+    Ok(Some(format!(
+        "{} to shard {}",
+        soak.world.objects[i].key(),
+        after.as_deref().unwrap_or("(default)")
     )))
 }
 

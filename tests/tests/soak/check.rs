@@ -35,6 +35,10 @@ pub(crate) async fn all(soak: &Soak, converged: &Converged) -> Vec<Finding> {
             cases: twice,
         },
         Finding {
+            name: "a create or destroy run as another identity than the object's applier",
+            cases: wrong_identity(soak, &entries),
+        },
+        Finding {
             name: "two applies of one object overlapping",
             cases: overlapping(&entries),
         },
@@ -47,7 +51,7 @@ pub(crate) async fn all(soak: &Soak, converged: &Converged) -> Vec<Finding> {
             cases: not_converged(converged),
         },
         Finding {
-            name: "two managers acting on one object at once",
+            name: "two managers acting on one shard at once",
             cases: two_leaders(soak),
         },
         Finding {
@@ -63,7 +67,7 @@ pub(crate) async fn all(soak: &Soak, converged: &Converged) -> Vec<Finding> {
                 .collect(),
         },
         Finding {
-            name: "a lock, finalizer, Pod or container left behind",
+            name: "a lock, finalizer, Pod, container, process or cgroup left behind",
             cases: left_behind(soak).await,
         },
         Finding {
@@ -97,6 +101,33 @@ fn unapproved(soak: &Soak, entries: &[Entry]) -> Vec<String> {
                 .any(|c| c.approval && c.owner == e.owner && c.content == e.content && c.at < e.at)
         })
         .map(|e| format!("{} {} at {:.1} s", e.owner, e.content, since(soak, e.at)))
+        .collect()
+}
+
+/// Creates and destroys the ledger saw run as another identity than the object's: its apply
+/// identity (`spec.runner.apply`) where it has one, else its runner's.
+fn wrong_identity(soak: &Soak, entries: &[Entry]) -> Vec<String> {
+    entries
+        .iter()
+        .filter(|e| e.kind != Kind::Done)
+        .filter_map(|e| {
+            let object = soak
+                .world
+                .objects
+                .iter()
+                .find(|o| o.key() == key_of(&e.owner))?;
+            let wanted = object.applier();
+            (e.identity != wanted).then(|| {
+                format!(
+                    "{} {} {:?} as {} (not {wanted}) at {:.1} s",
+                    e.owner,
+                    e.content,
+                    e.kind,
+                    e.identity,
+                    since(soak, e.at)
+                )
+            })
+        })
         .collect()
 }
 
@@ -189,6 +220,7 @@ fn not_converged(converged: &Converged) -> Vec<String> {
 /// that did something (on which object).
 struct Leader {
     who: String,
+    shard: Option<String>,
     led_at: jiff::Timestamp,
     acted: Vec<(jiff::Timestamp, String)>,
 }
@@ -236,6 +268,7 @@ fn leaders(soak: &Soak) -> Vec<Leader> {
             if let Some(led_at) = led_at {
                 leaders.push(Leader {
                     who: format!("{} (process {n})", r.identity),
+                    shard: r.shard.clone(),
                     led_at,
                     acted,
                 });
@@ -246,12 +279,15 @@ fn leaders(soak: &Soak) -> Vec<Leader> {
 }
 
 /// A manager process that finished a step that did something after the process that took the
-/// leadership over from it had done so: two leaders at once.
+/// leadership of its shard over from it had done so: two leaders of one shard at once.
 fn two_leaders(soak: &Soak) -> Vec<String> {
     let leaders = leaders(soak);
     let mut cases = Vec::new();
     for old in &leaders {
-        for new in leaders.iter().filter(|l| l.led_at > old.led_at) {
+        for new in leaders
+            .iter()
+            .filter(|l| l.shard == old.shard && l.led_at > old.led_at)
+        {
             let Some(began) = new.acted.iter().map(|a| a.0).min() else {
                 continue;
             };
@@ -307,6 +343,18 @@ async fn left_behind(soak: &Soak) -> Vec<String> {
         if !pods.iter().any(|(_, u)| u == uid) {
             cases.push(format!("container {name}"));
         }
+    }
+    // What the Pods the node ran left on the host: cgroups, processes (podman's monitor and
+    // its cleanup end a moment after the container; half a minute for them).
+    let live: std::collections::HashSet<String> = pods.iter().map(|(_, u)| u.clone()).collect();
+    if let Some(node) = soak.op.cluster.node() {
+        let began = Instant::now();
+        let mut left = node.leftovers(&live);
+        while !left.is_empty() && began.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            left = node.leftovers(&live);
+        }
+        cases.extend(left);
     }
     for ns in ["team-a", "team-b"] {
         let leases = listed::<Lease>(soak, ns).await;

@@ -1,6 +1,7 @@
 //! The outside witness: a TCP server on the host that each resource's provisioner reports to
 //! from inside its runner container (`start`/`done` around a create, `destroy`), outside
-//! Terraform's state and tfops' records. Each line is kept with the time it arrived.
+//! Terraform's state and tfops' records, with the identity the container ran as (the subject
+//! of its ServiceAccount token). Each line is kept with the time it arrived.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -32,6 +33,8 @@ pub(crate) struct Entry {
     pub(crate) owner: String,
     /// What was applied (`<stamp>/<rev>`).
     pub(crate) content: String,
+    /// Who ran it: `system:serviceaccount:<namespace>:<name>` (`-`: no token in the container).
+    pub(crate) identity: String,
 }
 
 /// The ledger server and what it received.
@@ -94,16 +97,22 @@ fn parse(at: Instant, line: &str) -> Option<Entry> {
         kind,
         owner: words.next()?.to_string(),
         content: words.next()?.to_string(),
+        identity: words.next().unwrap_or("-").to_string(),
     })
 }
 
+/// Prints the subject of the container's ServiceAccount token (the JWT's payload is base64url
+/// without padding), or `-`. Bash in Terraform's heredoc: `$${` is a literal `${`.
+const WHO: &str = r#"who() { t=$(cut -d. -f2 /var/run/secrets/kubernetes.io/serviceaccount/token 2>/dev/null | tr '_-' '/+'); while (( $${#t} % 4 )); do t="$t="; done; s=$(echo "$t" | base64 -d 2>/dev/null | grep -o '"sub":"[^"]*"' | cut -d'"' -f4); echo "$${s:--}"; }"#;
+
 /// The Terraform configuration of one object at revision `rev`: a resource whose create and
-/// destroy report to the ledger at `addr`; the create takes `seconds` so that faults land
-/// mid-apply. Its content, `<stamp>/<rev>`, changes with the `stamp` variable and `rev`.
+/// destroy report to the ledger at `addr`, with the identity they ran as; the create takes
+/// `seconds` so that faults land mid-apply. Its content, `<stamp>/<rev>`, changes with the
+/// `stamp` variable and `rev`.
 pub(crate) fn config(addr: SocketAddr, rev: u32, seconds: u32) -> String {
     let report = |what: &str| {
         format!(
-            "echo {what} ${{self.triggers_replace}} > /dev/tcp/{}/{}",
+            "echo {what} ${{self.triggers_replace}} $(who) > /dev/tcp/{}/{}",
             addr.ip(),
             addr.port()
         )
@@ -122,18 +131,25 @@ resource "terraform_data" "w" {{
   triggers_replace = "${{var.owner}} ${{var.stamp}}/${{local.rev}}"
   provisioner "local-exec" {{
     interpreter = ["/bin/bash", "-c"]
-    command     = "{start} && sleep {seconds} && {done}"
+    command     = <<-EOT
+      {who}
+      {start} && sleep {seconds} && {done}
+    EOT
   }}
   provisioner "local-exec" {{
     when        = destroy
     interpreter = ["/bin/bash", "-c"]
-    command     = "{destroy}"
+    command     = <<-EOT
+      {who}
+      {destroy}
+    EOT
   }}
 }}
 output "content" {{
   value = terraform_data.w.triggers_replace
 }}
 "#,
+        who = WHO,
         start = report("start"),
         done = report("done"),
         destroy = report("destroy"),

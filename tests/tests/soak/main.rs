@@ -1,6 +1,7 @@
 //! The seeded soak: tfops on the real control plane (etcd, kube-apiserver,
 //! kube-controller-manager, the node agent running runner Pods as podman containers), two
-//! manager replicas electing a leader, six objects in two namespaces, users acting at random
+//! shards of two manager replicas each electing a leader, six objects in two namespaces (two
+//! of them applying as an identity of their own), users acting at random
 //! and faults at random, several at once: the kube-apiserver and etcd killed and paused, the
 //! controller manager killed, etcd compacted, managers killed, stopped and frozen past their
 //! Lease, runner containers killed and frozen, runner Pods deleted, a zero quota, a cordoned
@@ -80,6 +81,8 @@ impl Settings {
 /// process it has been.
 pub(crate) struct Replica {
     pub(crate) identity: String,
+    /// The shard it serves (`None`: the default shard); each shard elects its own leader.
+    pub(crate) shard: Option<String>,
     pub(crate) process: Option<Manager>,
     pub(crate) logs: Vec<Arc<Mutex<Vec<String>>>>,
     /// Stopped (`SIGSTOP`) until then.
@@ -130,10 +133,10 @@ impl Soak {
         self.events.push((Instant::now(), what));
     }
 
-    /// The flags of every manager replica.
-    pub(crate) fn manager_flags() -> Vec<String> {
+    /// The flags of a manager replica of `shard`.
+    pub(crate) fn manager_flags(shard: Option<&str>) -> Vec<String> {
         let image = support::runner_image();
-        [
+        let mut flags: Vec<String> = [
             "--runner-pod-image",
             image.as_str(),
             "--leader-election",
@@ -147,7 +150,11 @@ impl Soak {
         ]
         .iter()
         .map(ToString::to_string)
-        .collect()
+        .collect();
+        if let Some(shard) = shard {
+            flags.extend(["--shard".to_string(), shard.to_string()]);
+        }
+        flags
     }
 
     /// Starts replica `r` (again).
@@ -155,7 +162,7 @@ impl Soak {
         let manager = Manager::start(
             &self.op.controller_kubeconfig,
             &self.replicas[r].identity,
-            &Self::manager_flags(),
+            &Self::manager_flags(self.replicas[r].shard.as_deref()),
         );
         self.replicas[r].logs.push(manager.log.clone());
         self.replicas[r].process = Some(manager);

@@ -150,13 +150,14 @@ pub(crate) fn write(soak: &Soak, converged: &Converged, findings: &[Finding]) ->
     }
     let _ = writeln!(
         r,
-        "\n## Managers\n\n| replica | processes | exits on a lost Lease | memory at start | at the end |\n|---|---|---|---|---|"
+        "\n## Managers\n\n| replica | shard | processes | exits on a lost Lease | memory at start | at the end |\n|---|---|---|---|---|---|"
     );
     for rep in &soak.replicas {
         let _ = writeln!(
             r,
-            "| {} | {} | {} | {:.1} MiB | {} |",
+            "| {} | {} | {} | {} | {:.1} MiB | {} |",
             rep.identity,
+            rep.shard.as_deref().unwrap_or("(default)"),
             rep.logs.len(),
             rep.lease_losses,
             rep.memory_at_start as f64 / 1024.0,

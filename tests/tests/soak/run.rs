@@ -15,11 +15,12 @@ pub(crate) const CONVERGE_WITHIN: Duration = Duration::from_secs(240);
 const APPLY_SECONDS: u32 = 2;
 
 /// The cluster with its node running containers, tfops' RBAC and two namespaces, the ledger,
-/// the repository, two manager replicas and the six objects.
+/// the repository, two shards of two manager replicas and the six objects.
 pub(crate) async fn prepare(settings: Settings) -> Soak {
     std::fs::create_dir_all(&settings.out).unwrap();
     let op = crate::support::operator::Operator::prepare_on(true).await;
     op.add_namespace("team-b").await;
+    apply_identities(&op.admin, "team-b").await;
     let gateway = op
         .cluster
         .pod_gateway
@@ -61,9 +62,15 @@ pub(crate) async fn prepare(settings: Settings) -> Soak {
         states,
         repo_url,
     };
-    for r in 0..2 {
+    for (identity, shard) in [
+        ("tfops-manager-0", None),
+        ("tfops-manager-1", None),
+        ("tfops-manager-b-0", Some(workload::SHARD)),
+        ("tfops-manager-b-1", Some(workload::SHARD)),
+    ] {
         soak.replicas.push(Replica {
-            identity: format!("tfops-manager-{r}"),
+            identity: identity.into(),
+            shard: shard.map(Into::into),
             process: None,
             logs: Vec::new(),
             frozen_until: None,
@@ -74,7 +81,7 @@ pub(crate) async fn prepare(settings: Settings) -> Soak {
             restart_at: None,
             memory_at_start: 0,
         });
-        soak.start_replica(r);
+        soak.start_replica(soak.replicas.len() - 1);
     }
     for i in 0..soak.world.objects.len() {
         workload::write(&mut soak.world, i, &soak.op.admin, &soak.repo_url)
@@ -82,11 +89,35 @@ pub(crate) async fn prepare(settings: Settings) -> Soak {
             .unwrap();
         record_change(&mut soak.world, i, false, None);
     }
-    for r in 0..2 {
+    for r in 0..soak.replicas.len() {
         soak.replicas[r].memory_at_start = crate::report::memory(&soak.replicas[r]).unwrap_or(0);
     }
-    soak.note("prepared: 6 objects, 2 manager replicas");
+    soak.note("prepared: 6 objects, 4 manager replicas in 2 shards");
     soak
+}
+
+/// The plan and apply ServiceAccounts of the objects with an apply identity, each with the
+/// runner's role (the state and its lock); the ledger tells which one ran each create.
+async fn apply_identities(admin: &kube::Client, namespace: &str) {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    for account in [workload::PLAN_ACCOUNT, workload::APPLY_ACCOUNT] {
+        kube::Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+            .create(
+                &kube::api::PostParams::default(),
+                &crate::support::from_json(serde_json::json!({"metadata": {"name": account}})),
+            )
+            .await
+            .unwrap();
+        crate::support::bind(
+            admin,
+            namespace,
+            &format!("{account}-runner"),
+            "ClusterRole",
+            "tfops-runner",
+            account,
+        )
+        .await;
+    }
 }
 
 /// Records that object `i` now asks for its current content (or, for an approval, `content`).

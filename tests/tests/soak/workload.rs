@@ -1,5 +1,6 @@
-//! The workload: objects in two namespaces (auto-approved and manual, two dependency chains),
-//! and what their users do at random. The model here remembers what each user change meant
+//! The workload: objects in two namespaces and two shards (auto-approved and manual, two
+//! dependency chains, one across the shards, two applying as an identity of their own), and
+//! what their users do at random. The model here remembers what each user change meant
 //! (which content a generation and a commit stand for) and which contents were approved, so
 //! that the checks can judge what Terraform really did.
 
@@ -8,7 +9,7 @@ use std::time::Instant;
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use tfops_core::api::annotations;
+use tfops_core::api::{SHARD_LABEL, annotations};
 use tfops_kube::Terraform;
 
 /// One object and its history, as its users know it.
@@ -28,11 +29,18 @@ pub(crate) struct Object {
     pub(crate) alive: bool,
     pub(crate) suspended: bool,
     pub(crate) destroy_on_delete: bool,
+    /// Its shard label (`infra.argocd.io/shard`; `None`: the default shard).
+    pub(crate) shard: Option<String>,
+    /// Plans as `tf-plan` and applies as `tf-apply` (`spec.runner.apply`), else runs as
+    /// `tf-runner`.
+    pub(crate) apply_identity: bool,
 }
 
 impl Object {
     fn new(namespace: &str, name: &str, manual: bool, depends_on: Option<&str>) -> Self {
         Self {
+            shard: None,
+            apply_identity: false,
             namespace: namespace.into(),
             name: name.into(),
             manual,
@@ -59,7 +67,33 @@ impl Object {
     pub(crate) fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+
+    fn in_shard(mut self, shard: &str) -> Self {
+        self.shard = Some(shard.into());
+        self
+    }
+
+    fn applying_as_its_own(mut self) -> Self {
+        self.apply_identity = true;
+        self
+    }
+
+    /// The identity every create and destroy of this object must run as.
+    pub(crate) fn applier(&self) -> String {
+        let account = if self.apply_identity {
+            APPLY_ACCOUNT
+        } else {
+            "tf-runner"
+        };
+        format!("system:serviceaccount:{}:{account}", self.namespace)
+    }
 }
+
+/// The shard of the second pair of manager replicas.
+pub(crate) const SHARD: &str = "b";
+/// The ServiceAccounts of the objects with an apply identity (in their namespace).
+pub(crate) const PLAN_ACCOUNT: &str = "tf-plan";
+pub(crate) const APPLY_ACCOUNT: &str = "tf-apply";
 
 /// A change a user made, and the content it asks for.
 #[derive(Debug, Clone)]
@@ -82,13 +116,17 @@ pub(crate) struct World {
 
 impl World {
     pub(crate) fn new() -> Self {
+        // team-a/dns waits for an object of the other shard; team-b/queue is served by the
+        // default shard; the users move objects between the shards as well.
         let objects = vec![
             Object::new("team-a", "net", false, None),
             Object::new("team-a", "app", true, Some("net")),
-            Object::new("team-a", "dns", false, Some("app")),
-            Object::new("team-b", "db", true, None),
-            Object::new("team-b", "cache", false, Some("db")),
-            Object::new("team-b", "queue", true, None),
+            Object::new("team-a", "dns", false, Some("app")).in_shard(SHARD),
+            Object::new("team-b", "db", true, None).in_shard(SHARD),
+            Object::new("team-b", "cache", false, Some("db"))
+                .in_shard(SHARD)
+                .applying_as_its_own(),
+            Object::new("team-b", "queue", true, None).applying_as_its_own(),
         ];
         Self {
             objects,
@@ -141,7 +179,12 @@ impl World {
             "retryInterval": "2s",
             "sourceRef": {"kind": "GitRepository", "url": repo_url},
             "path": o.dir(),
-            "runner": {"binary": "terraform"},
+            "runner": if o.apply_identity {
+                json!({"binary": "terraform", "serviceAccountName": PLAN_ACCOUNT,
+                       "apply": {"serviceAccountName": APPLY_ACCOUNT}})
+            } else {
+                json!({"binary": "terraform"})
+            },
             "approvePlan": if o.manual { "" } else { "auto" },
             "suspend": o.suspended,
             "destroyResourcesOnDeletion": o.destroy_on_delete,
@@ -153,10 +196,14 @@ impl World {
         if let Some(d) = &o.depends_on {
             spec["dependsOn"] = json!([{"name": d}]);
         }
+        let labels = match &o.shard {
+            Some(shard) => json!({SHARD_LABEL: shard}),
+            None => json!({}),
+        };
         json!({
             "apiVersion": "infra.argocd.io/v1alpha1",
             "kind": "Terraform",
-            "metadata": {"name": o.name, "namespace": o.namespace},
+            "metadata": {"name": o.name, "namespace": o.namespace, "labels": labels},
             "spec": spec,
         })
     }

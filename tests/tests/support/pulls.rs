@@ -46,7 +46,8 @@ pub async fn ours(gitea: &Gitea, number: u64) -> Vec<String> {
         .collect()
 }
 
-/// The newest status per context on `sha`: (state, description).
+/// The newest status per context on `sha`: (state, description). Of two entries of one
+/// context in Gitea's combined status, the one created last (highest id) counts.
 pub async fn statuses(
     gitea: &Gitea,
     sha: &str,
@@ -56,19 +57,46 @@ pub async fn statuses(
         .call(&gitea.admin, Method::GET, &path, None)
         .await
         .unwrap();
-    combined["statuses"]
-        .as_array()
+    let mut newest: std::collections::BTreeMap<String, (u64, (String, String))> =
+        Default::default();
+    for s in combined["statuses"].as_array().into_iter().flatten() {
+        let state = s["status"].as_str().or(s["state"].as_str()).unwrap_or("");
+        let id = s["id"].as_u64().unwrap_or(0);
+        let entry = (
+            id,
+            (
+                state.to_string(),
+                s["description"].as_str().unwrap_or("").to_string(),
+            ),
+        );
+        let context = s["context"].as_str().unwrap().to_string();
+        if newest.get(&context).is_none_or(|(seen, _)| *seen < id) {
+            newest.insert(context, entry);
+        }
+    }
+    newest.into_iter().map(|(c, (_, v))| (c, v)).collect()
+}
+
+/// Every state the status `context` on `sha` had, oldest first (Gitea keeps each one set).
+pub async fn history(gitea: &Gitea, sha: &str, context: &str) -> Vec<String> {
+    let path = format!(
+        "{}/commits/{sha}/statuses?sort=leastindex&limit=50",
+        repo(gitea)
+    );
+    let all = gitea
+        .call(&gitea.admin, Method::GET, &path, None)
+        .await
+        .unwrap();
+    all.as_array()
         .into_iter()
         .flatten()
+        .filter(|s| s["context"].as_str() == Some(context))
         .map(|s| {
-            let state = s["status"].as_str().or(s["state"].as_str()).unwrap_or("");
-            (
-                s["context"].as_str().unwrap().to_string(),
-                (
-                    state.to_string(),
-                    s["description"].as_str().unwrap_or("").to_string(),
-                ),
-            )
+            s["status"]
+                .as_str()
+                .or(s["state"].as_str())
+                .unwrap_or("")
+                .to_string()
         })
         .collect()
 }

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::model::{Decision, Step, StepFailure, StepKind};
+use super::model::{Decision, Outcome, Step, StepFailure, StepKind};
 use super::run::{End, Run, Stop};
 use super::timing::{retries_exhausted, retry_wait};
 use super::waiting;
@@ -141,23 +141,42 @@ fn is_stalled_by(run: &Run<'_>, reason: Reason) -> bool {
 /// still be live (a driver that restarted, a Pod being replaced), and breaking its lock would
 /// let two applies write one state.
 ///
-/// Such a lock is released, whatever `forceUnlock` says, only when the runner that found it
-/// proved its holder gone (`lock_holder_gone`: the lock names that runner's own Pod as host,
-/// and a runner runs one command at a time, so the process that took it ended with an earlier
-/// command or an earlier Pod of that name); the `StateLocked` condition (and so an event) says
-/// so. Otherwise a human releases it.
+/// Such a lock is released, whatever `forceUnlock` says, only when its holder is proved gone;
+/// the `StateLocked` condition (and so an event) says so. Otherwise a human releases it. Two
+/// proofs:
+/// - the runner that found it names its own Pod as host (`lock_holder_gone`): a runner runs
+///   one command at a time, so the process that took it ended with an earlier command or an
+///   earlier Pod of that name;
+/// - it names the host of the object's apply runner (`spec.runner.apply`), found by the plan
+///   runner, and that runner's Pod is gone or ended for good ([`Step::ProbeRunner`], asked
+///   once per run): no process of that host is left to hold it. (Otherwise every later run
+///   plans in the plan runner, finds the lock and stops: the apply runner never starts again
+///   to prove it.)
 fn auto_unlock(run: &mut Run<'_>, failure: &StepFailure) -> Option<Decision> {
     let (lock_id, holder) = failure.lock.as_ref()?;
     let meta = &run.s.object.metadata;
     let can = run.s.progress.succeeded(StepKind::Setup)
         && !run.s.progress.attempted(StepKind::ForceUnlock);
     if crate::naming::held_by_own_runner(&meta.namespace, &meta.name, holder) {
-        if !(failure.lock_holder_gone && can) {
+        let apply_runner = apply_runner_holding(run, holder);
+        let probed = probed_gone(run);
+        let gone = failure.lock_holder_gone || (apply_runner.is_some() && probed == Some(true));
+        if !(gone && can) {
+            if let (Some(runner), None, true) = (apply_runner, probed, can) {
+                return Some(Decision {
+                    step: Step::ProbeRunner { runner },
+                    status: run.st.clone(),
+                });
+            }
             return None;
         }
+        let whose = if failure.lock_holder_gone {
+            "this object's runner, which is gone (nothing runs on that host any more)"
+        } else {
+            "this object's apply runner, whose Pod is gone"
+        };
         let message = format!(
-            "the state lock {lock_id} is held by {holder}, this object's runner, which is gone \
-             (nothing runs on that host any more): released, and the run goes on"
+            "the state lock {lock_id} is held by {holder}, {whose}: released, and the run goes on"
         );
         run.set(
             ConditionType::StateLocked,
@@ -179,6 +198,31 @@ fn auto_unlock(run: &mut Run<'_>, failure: &StepFailure) -> Option<Decision> {
         },
         status: run.st.clone(),
     })
+}
+
+/// The name of the object's apply runner when `holder` names its host and that runner is a
+/// runner of its own (`spec.runner.apply`), not the one this run talks to.
+fn apply_runner_holding(run: &Run<'_>, holder: &str) -> Option<String> {
+    let meta = &run.s.object.metadata;
+    run.s.object.spec.runner.apply.as_ref()?;
+    let pod = crate::naming::apply_runner_pod_name(&meta.name);
+    let host = crate::naming::runner_host(&meta.namespace, &pod);
+    let names_it = holder.rsplit_once('@').is_some_and(|(_, h)| h == host);
+    (names_it && !run.s.progress.succeeded(StepKind::StartApplyRunner)).then_some(pod)
+}
+
+/// What this run's [`Step::ProbeRunner`] found: `Some(true)` when the runner is gone; `None`
+/// when it was not asked.
+fn probed_gone(run: &Run<'_>) -> Option<bool> {
+    run.s
+        .progress
+        .records
+        .iter()
+        .rev()
+        .find_map(|r| match &r.result {
+            Ok(Outcome::RunnerProbed { gone, .. }) => Some(*gone),
+            _ => None,
+        })
 }
 
 /// Counts the failure and says when to retry: after the backoff, or never once

@@ -31,7 +31,8 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
             SubStep::Workspace => Reason::SelectWorkspaceFailed,
             _ => Reason::TFExecInitFailed,
         },
-        (_, StepKind::ForceUnlock) => Reason::ForceUnlockFailed,
+        // A probe never fails (it finds the runner, or it cannot tell); counted as the lock.
+        (_, StepKind::ForceUnlock | StepKind::ProbeRunner) => Reason::ForceUnlockFailed,
         (_, StepKind::DetectDrift) => Reason::DriftDetectionFailed,
         (_, StepKind::Plan | StepKind::VerifyPlan) => match sub {
             SubStep::Show => Reason::TFExecShowFailed,

@@ -111,6 +111,13 @@ pub enum Step {
         /// The lock id.
         lock_id: String,
     },
+    /// Whether the object's runner named `runner` still exists, asked when a state lock names
+    /// that runner's host but another runner found it (only a runner can prove a lock of its
+    /// own host stale): its Pod gone, or ended for good, proves the lock's holder gone.
+    ProbeRunner {
+        /// The runner's name ([`crate::ports::RunnerPort::attach`]).
+        runner: String,
+    },
     /// A refresh-only plan to detect drift.
     DetectDrift,
     /// Plan (and show, and store the plan under its id when it has changes).
@@ -243,6 +250,7 @@ impl Step {
             Step::StartRunner => StepKind::StartRunner,
             Step::Setup => StepKind::Setup,
             Step::ForceUnlock { .. } => StepKind::ForceUnlock,
+            Step::ProbeRunner { .. } => StepKind::ProbeRunner,
             Step::DetectDrift => StepKind::DetectDrift,
             Step::Plan(_) => StepKind::Plan,
             Step::StartApplyRunner => StepKind::StartApplyRunner,
@@ -272,6 +280,7 @@ pub enum StepKind {
     StartRunner,
     Setup,
     ForceUnlock,
+    ProbeRunner,
     DetectDrift,
     Plan,
     StartApplyRunner,
@@ -318,6 +327,13 @@ pub enum Outcome {
     Fetched {
         /// Hex SHA-256 of the archive.
         sha256: String,
+    },
+    /// A runner was looked for ([`Step::ProbeRunner`]).
+    RunnerProbed {
+        /// It is gone: its Pod deleted, or ended for good.
+        gone: bool,
+        /// What was found.
+        why: String,
     },
     /// The runner is up.
     RunnerStarted {

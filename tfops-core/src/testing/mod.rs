@@ -112,6 +112,9 @@ pub struct WorldState {
     pub runs: BTreeMap<String, Result<(), PortError>>,
     /// Runners that are gone ([`FakeWorld::lose_runners`]): attaching to them finds nothing.
     pub gone_runners: std::collections::BTreeSet<String>,
+    /// Objects whose apply runner Pod (by its name, [`crate::naming::apply_runner_pod_name`])
+    /// still exists ([`FakeWorld::lock_state_of_apply_runner`]); the others' is gone.
+    pub live_apply_runners: std::collections::BTreeSet<ObjectKey>,
     /// A driver crash armed with [`FakeWorld::crash_after_next_apply`].
     pub crash: Crash,
     /// How many status writes succeeded.
@@ -345,6 +348,26 @@ impl FakeWorld {
         let infra = w.infra.entry(key.clone()).or_default();
         infra.lock = Some((lock_id.into(), holder));
         infra.lock_holder_gone = true;
+    }
+
+    /// Holds the object's state lock as its apply runner (`spec.runner.apply`) took it, that
+    /// runner's Pod still there (`alive`: perhaps applying) or gone (deleted mid-apply). The
+    /// plan runner that finds it cannot prove its holder gone.
+    pub fn lock_state_of_apply_runner(&self, key: &ObjectKey, lock_id: &str, alive: bool) {
+        let mut w = self.lock();
+        let pod = crate::naming::apply_runner_pod_name(&key.name);
+        let holder = format!(
+            "runner@{}",
+            crate::naming::runner_host(&key.namespace, &pod)
+        );
+        let infra = w.infra.entry(key.clone()).or_default();
+        infra.lock = Some((lock_id.into(), holder));
+        infra.lock_holder_gone = false;
+        if alive {
+            w.live_apply_runners.insert(key.clone());
+        } else {
+            w.live_apply_runners.remove(key);
+        }
     }
 
     /// The driver that makes the next successful apply dies right after it (before it can

@@ -139,6 +139,15 @@ impl RunnerPort for FakeWorld {
         runner: &str,
     ) -> Result<Box<dyn RunnerSession>, PortError> {
         self.check(FakeOp::Attach)?;
+        // The apply runner looked for by its Pod's name (a probe of a lock's holder): there
+        // while the world says so, and then busy (it cannot be attached to).
+        if runner == crate::naming::apply_runner_pod_name(&object.metadata.name) {
+            return if self.lock().live_apply_runners.contains(&object.key()) {
+                Err(PortError::Unavailable(format!("runner {runner} is busy")))
+            } else {
+                Err(PortError::NotFound(format!("runner Pod {runner} is gone")))
+            };
+        }
         let known = {
             let w = self.lock();
             (0..w.sessions)

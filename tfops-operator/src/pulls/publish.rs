@@ -96,6 +96,7 @@ pub(crate) async fn publish(
         if locked(&shared.published.statuses).get(&key) == Some(&said) {
             continue;
         }
+        tracing::debug!(pull = pull.number, sha = %pull.head_sha, context = %status.context, status = %said, "setting a commit status");
         forge.set_status(&pull.head_sha, &status, "").await?;
         locked(&shared.published.statuses).insert(key, said);
     }

@@ -95,6 +95,20 @@ pub fn set_limit(uid: &str, limit: u64) -> bool {
         .is_some_and(|used| std::fs::write(dir.join(file), (used + (64 << 10)).to_string()).is_ok())
 }
 
+/// Lifts the Pod's memory limit (after its container was OOM-killed): the runtime's own
+/// processes in the group (podman's monitor and the `podman container cleanup` it starts when
+/// the container exits) must not be held at a limit meant for the container, or they wait in
+/// the kernel for good.
+pub fn lift_limit(uid: &str) {
+    let Some((dir, v1)) = dir(uid) else { return };
+    let (file, unlimited) = if v1 {
+        ("memory.limit_in_bytes", "-1")
+    } else {
+        ("memory.max", "max")
+    };
+    let _ = std::fs::write(dir.join(file), unlimited);
+}
+
 /// Whether a process of the Pod's cgroup (or of a group below it) waits at the memory limit
 /// with the OOM killer turned off (cgroup v1, see [`set_limit`]): the Pod is out of memory.
 pub fn under_oom(uid: &str) -> bool {
@@ -174,11 +188,57 @@ pub fn kill_all(uid: &str) {
     }
 }
 
-/// Removes the Pod's cgroup (its processes are gone).
-pub fn remove(uid: &str) {
-    if let Some((dir, _)) = dir(uid) {
-        let _ = std::fs::remove_dir(dir);
+/// Removes the Pod's cgroup and the groups the runtime made below it (its containers' and
+/// their monitor's), deepest first: a cgroup with children cannot be removed. A group with a
+/// process still in it stays; whether none is left.
+pub fn remove(uid: &str) -> bool {
+    match dir(uid) {
+        Some((dir, _)) => {
+            remove_tree(&dir);
+            !dir.exists()
+        }
+        None => true,
     }
+}
+
+/// Removes the Pod's cgroup once the runtime's last process in it is gone (podman's monitor
+/// ends after the container, with its cleanup), as a kubelet's housekeeping retries it;
+/// gives up after a minute (a test that checks for leftovers then finds it).
+pub async fn remove_when_empty(uid: String) {
+    let began = std::time::Instant::now();
+    while !remove(&uid) && began.elapsed() < std::time::Duration::from_secs(60) {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+fn remove_tree(dir: &std::path::Path) {
+    for child in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if child.path().is_dir() {
+            remove_tree(&child.path());
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// The Pod's cgroup directory, when it exists.
+pub fn existing(uid: &str) -> Option<PathBuf> {
+    dir(uid).map(|(d, _)| d).filter(|d| d.exists())
+}
+
+/// Every process in the Pod's cgroup and the groups below it.
+pub fn pids(uid: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut todo: Vec<PathBuf> = existing(uid).into_iter().collect();
+    while let Some(d) = todo.pop() {
+        let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+        out.extend(procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()));
+        for child in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if child.path().is_dir() {
+                todo.push(child.path());
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -325,6 +325,7 @@ async fn oom_group_kill(uid: String, name: String, before: u64, seen: Arc<Atomic
             seen.store(true, Ordering::SeqCst);
             cgroup::kill_all(&uid);
             let _ = tokio::task::spawn_blocking(move || podman::kill(&name, "KILL")).await;
+            cgroup::lift_limit(&uid);
             return;
         }
     }

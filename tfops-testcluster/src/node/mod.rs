@@ -25,6 +25,7 @@
 mod cgroup;
 mod container;
 mod container_run;
+mod leftovers;
 mod logs;
 mod pod;
 mod podman;
@@ -127,6 +128,8 @@ struct State {
     running: Mutex<HashMap<String, Running>>,
     /// Pods started already (uid → `namespace/name`).
     started: Mutex<HashMap<String, String>>,
+    /// Every Pod the agent ever started (uid → `namespace/name`), to look for what each left.
+    ever: Mutex<HashMap<String, String>>,
     /// Log files by `namespace/name` (the newest Pod of that name).
     logs: Mutex<HashMap<String, PathBuf>>,
     /// How deleted Pods stopped: `true` on SIGTERM, `false` killed when the grace period ran
@@ -256,6 +259,17 @@ impl NodeAgent {
             .map(|(uid, _)| uid.clone())
     }
 
+    /// What the Pods this agent ran and that are not in `live` (uids the API server still
+    /// lists) left on the host: their memory cgroups, processes in them, processes naming
+    /// their containers (podman's monitor), and containers the agent still counts as running.
+    /// Each is one line saying what and whose.
+    pub fn leftovers(&self, live: &std::collections::HashSet<String>) -> Vec<String> {
+        let ever = lock(&self.state.ever).clone();
+        let running: std::collections::HashSet<String> =
+            lock(&self.state.running).keys().cloned().collect();
+        leftovers::find(&ever, live, &running)
+    }
+
     /// Whether the last deleted Pod `namespace/name` stopped on SIGTERM (`Some(false)`: it
     /// was killed when its grace period ran out; `None`: no such deletion seen).
     pub fn stopped_by_sigterm(&self, namespace: &str, name: &str) -> Option<bool> {
@@ -282,7 +296,7 @@ impl NodeAgent {
         }
         // Best effort: a memory cgroup is removed once its processes are gone.
         for uid in lock(&self.state.started).keys() {
-            cgroup::remove(uid);
+            let _ = cgroup::remove(uid);
         }
         drop(self.client);
     }

@@ -139,6 +139,7 @@ pub(super) async fn sync(context: &Arc<Context>, state: &Arc<State>, pod: Value,
         .insert(uid.clone(), pod_ref(&ns, &name))
         .is_none();
     if first {
+        lock(&state.ever).insert(uid.clone(), pod_ref(&ns, &name));
         let (context, state) = (context.clone(), state.clone());
         tokio::spawn(async move { start(context, state, pod).await });
     }
@@ -987,7 +988,7 @@ async fn remove(context: &Context, state: &State, pod: &Value) {
         tracing::debug!("deleting {ns}/{pname}: {e}");
     }
     lock(&state.started).remove(&uid);
-    super::cgroup::remove(&uid);
+    tokio::spawn(super::cgroup::remove_when_empty(uid.clone()));
     // Logs are kept by name (for `pods/log`), and a new Pod of the same name may already run:
     // only this Pod's entry and directory (named by its uid) go.
     let mut logs = lock(&state.logs);

@@ -66,6 +66,7 @@ impl Driver {
                 .await
                 .map(|()| Outcome::Unlocked)
                 .map_err(fail(kind, SubStep::Unlock)),
+            Step::ProbeRunner { runner } => Ok(self.probe_runner(object, &runner).await),
             Step::DetectDrift => self.detect_drift(object, state).await,
             Step::Plan(plan) | Step::VerifyPlan(plan) => self.plan(object, kind, plan, state).await,
             Step::Apply { run_id } => session(state, kind, SubStep::Apply)?
@@ -254,6 +255,23 @@ impl Driver {
             }),
             Err(PortError::NotFound(why)) => Ok(Outcome::RunGone { why }),
             Err(e) => Err(failure(kind, SubStep::Apply, &e)),
+        }
+    }
+
+    /// Whether the runner `runner` is gone. Only the port's `NotFound` says so; a runner that
+    /// answers, or that cannot be reached now, may still hold what it held (its session, if
+    /// one was made, is dropped unused: the runner is left as it was).
+    async fn probe_runner(&self, object: &TerraformObject, runner: &str) -> Outcome {
+        match self.ports.runner.attach(object, runner).await {
+            Ok(_) => Outcome::RunnerProbed {
+                gone: false,
+                why: format!("runner {runner} is up"),
+            },
+            Err(PortError::NotFound(why)) => Outcome::RunnerProbed { gone: true, why },
+            Err(e) => Outcome::RunnerProbed {
+                gone: false,
+                why: e.to_string(),
+            },
         }
     }
 
