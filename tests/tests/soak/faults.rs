@@ -85,6 +85,11 @@ impl Fault {
         }
     }
 
+    /// Whether healing it takes requests to the API server.
+    fn healed_through_the_api(self) -> bool {
+        matches!(self, Self::QuotaZero | Self::Cordoned)
+    }
+
     /// Whether only one of this kind may be under way (the same component cannot fail twice).
     fn exclusive(self) -> bool {
         !matches!(
@@ -339,7 +344,17 @@ impl Soak {
                     (Vec::new(), kept)
                 };
             due.extend(etcd);
-            self.active = kept;
+            // A fault healed through the API (a quota, a cordon) waits while the API server
+            // or etcd is still down: its heal would wait on them, and they heal later.
+            let api_down = kept.iter().any(|a| {
+                matches!(a.fault.rank(), 0)
+                    || a.fault == Fault::ApiServerKilled
+                    || a.fault == Fault::ApiServerPaused
+            });
+            let (due, waiting): (Vec<Active>, Vec<Active>) = due
+                .into_iter()
+                .partition(|a| !(api_down && a.fault.healed_through_the_api()));
+            self.active = kept.into_iter().chain(waiting).collect();
             due
         };
         self.heal_in_order(due).await;

@@ -324,8 +324,12 @@ async fn oom_group_kill(uid: String, name: String, before: u64, seen: Arc<Atomic
             // as the container's process dies.
             seen.store(true, Ordering::SeqCst);
             cgroup::kill_all(&uid);
-            let _ = tokio::task::spawn_blocking(move || podman::kill(&name, "KILL")).await;
+            // Before anything of podman's: the exit of the container's process makes its
+            // monitor start `podman container cleanup` (and `runc`) inside this group, which
+            // would wait at the cut limit for good, holding the container's lock that any
+            // other podman command on it waits for.
             cgroup::lift_limit(&uid);
+            let _ = tokio::task::spawn_blocking(move || podman::kill(&name, "KILL")).await;
             return;
         }
     }
