@@ -79,8 +79,9 @@ pub async fn statuses(
 
 /// Every state the status `context` on `sha` had, oldest first (Gitea keeps each one set).
 pub async fn history(gitea: &Gitea, sha: &str, context: &str) -> Vec<String> {
+    // Gitea's `highestindex` orders by index ascending (its `leastindex` is descending).
     let path = format!(
-        "{}/commits/{sha}/statuses?sort=leastindex&limit=50",
+        "{}/commits/{sha}/statuses?sort=highestindex&limit=50",
         repo(gitea)
     );
     let all = gitea
