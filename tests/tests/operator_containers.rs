@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use support::operator::{Operator, applying, hungry, memory_limit, ready_with, slow};
+use support::operator::{Operator, applying, hungry, memory_limit, ready_with, says, slow};
 
 /// `podman exec` in the container running the Pod with `uid`, as the container's user:
 /// (whether it succeeded, its output).
@@ -179,9 +179,7 @@ async fn a_runner_container_oom_killed_mid_apply_converges_with_no_human() {
     assert!(exec(&uid, "touch /tmp/go").0);
     let expected = "runner Pod team-a/greedy-tf-runner died: killed (OOMKilled: over its memory limit, exit code 137)";
     op.wait_for("greedy", "reported the OOM kill", 90, move |t| {
-        t.status
-            .as_ref()
-            .is_some_and(|s| s.conditions.iter().any(|c| c.message.contains(expected)))
+        says(t, expected)
     })
     .await;
     // The configuration is made to fit; nobody touches the killed apply's lock.
@@ -217,9 +215,7 @@ async fn a_runner_container_oom_killed_mid_apply_converges_with_no_human() {
     let node = op.cluster.node().unwrap();
     assert!(node.set_memory_limit("team-a", "greedy-tf-runner", 1 << 20));
     op.wait_for("greedy", "reported the OOM kill of the cut", 90, move |t| {
-        t.status
-            .as_ref()
-            .is_some_and(|s| s.conditions.iter().any(|c| c.message.contains(expected)))
+        says(t, expected)
     })
     .await;
     op.git.commit("infra", &[("main.tf", &slow(0))]);

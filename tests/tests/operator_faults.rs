@@ -9,7 +9,7 @@ mod support;
 use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
-use support::operator::{Operator, applying, condition, hungry, ready_with, slow};
+use support::operator::{Operator, applying, condition, hungry, ready_with, says, slow};
 
 fn reason_is(t: &tfops_kube::Terraform, reason: &str) -> bool {
     condition(t, "Ready").is_some_and(|(_, r, _)| r == reason)
@@ -46,9 +46,7 @@ async fn killed_mid_apply_converges(op: &Operator, name: &str, oom: bool) {
     let expected_ = expected.clone();
     let t = op
         .wait_for(name, "reported the runner's death", 60, move |t| {
-            t.status
-                .as_ref()
-                .is_some_and(|s| s.conditions.iter().any(|c| c.message.contains(&expected_)))
+            says(t, &expected_)
         })
         .await;
     assert!(
@@ -182,9 +180,7 @@ async fn an_apply_runner_killed_mid_apply_leaves_no_lock_that_stops_the_object()
     );
     let expected = format!("runner Pod team-a/{pod} died");
     op.wait_for(name, "reported the apply runner's death", 60, move |t| {
-        t.status
-            .as_ref()
-            .is_some_and(|s| s.conditions.iter().any(|c| c.message.contains(&expected)))
+        says(t, &expected)
     })
     .await;
     op.git.commit("infra", &[("main.tf", &slow(0))]);

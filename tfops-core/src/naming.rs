@@ -74,11 +74,17 @@ pub fn runner_host(namespace: &str, pod: &str) -> String {
 /// Whether a state lock's holder (Terraform's `Who`, `user@host`) names the host of a runner
 /// Pod of the object `namespace/name` ([`runner_host`] of its plan or apply runner).
 pub fn held_by_own_runner(namespace: &str, name: &str, holder: &str) -> bool {
-    let own = [runner_pod_name(name), apply_runner_pod_name(name)]
-        .map(|pod| runner_host(namespace, &pod));
+    [runner_pod_name(name), apply_runner_pod_name(name)]
+        .iter()
+        .any(|pod| held_by_pod(namespace, pod, holder))
+}
+
+/// Whether a state lock's holder (`user@host`) names the host of runner Pod `pod` in
+/// `namespace` ([`runner_host`]).
+pub fn held_by_pod(namespace: &str, pod: &str, holder: &str) -> bool {
     holder
         .rsplit_once('@')
-        .is_some_and(|(_, host)| own.iter().any(|o| o == host))
+        .is_some_and(|(_, host)| host == runner_host(namespace, pod))
 }
 
 /// `tfstate-<workspace>-<suffix>`: the state Secret the Kubernetes backend writes. Not

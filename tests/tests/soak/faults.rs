@@ -347,9 +347,8 @@ impl Soak {
             // A fault healed through the API (a quota, a cordon) waits while the API server
             // or etcd is still down: its heal would wait on them, and they heal later.
             let api_down = kept.iter().any(|a| {
-                matches!(a.fault.rank(), 0)
-                    || a.fault == Fault::ApiServerKilled
-                    || a.fault == Fault::ApiServerPaused
+                a.fault.rank() == 0
+                    || matches!(a.fault, Fault::ApiServerKilled | Fault::ApiServerPaused)
             });
             let (due, waiting): (Vec<Active>, Vec<Active>) = due
                 .into_iter()

@@ -363,6 +363,13 @@ pub fn pending(t: &Terraform) -> String {
 }
 
 /// Whether `Ready` has `reason` at the object's generation.
+/// Whether any of the object's conditions says `text`.
+pub fn says(t: &Terraform, text: &str) -> bool {
+    t.status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.message.contains(text)))
+}
+
 pub fn ready_with(t: &Terraform, reason: &str) -> bool {
     let generation = t.metadata.generation.unwrap_or_default();
     t.status.as_ref().is_some_and(|s| {

@@ -159,10 +159,14 @@ fn auto_unlock(run: &mut Run<'_>, failure: &StepFailure) -> Option<Decision> {
         && !run.s.progress.attempted(StepKind::ForceUnlock);
     if crate::naming::held_by_own_runner(&meta.namespace, &meta.name, holder) {
         let apply_runner = apply_runner_holding(run, holder);
-        let probed = probed_gone(run);
-        let gone = failure.lock_holder_gone || (apply_runner.is_some() && probed == Some(true));
+        let probed = probed(run);
+        let probed_gone = probed
+            .as_ref()
+            .filter(|(gone, _)| *gone)
+            .map(|(_, why)| why);
+        let gone = failure.lock_holder_gone || (apply_runner.is_some() && probed_gone.is_some());
         if !(gone && can) {
-            if let (Some(runner), None, true) = (apply_runner, probed, can) {
+            if let (Some(runner), None, true) = (apply_runner, &probed, can) {
                 return Some(Decision {
                     step: Step::ProbeRunner { runner },
                     status: run.st.clone(),
@@ -170,10 +174,11 @@ fn auto_unlock(run: &mut Run<'_>, failure: &StepFailure) -> Option<Decision> {
             }
             return None;
         }
-        let whose = if failure.lock_holder_gone {
-            "this object's runner, which is gone (nothing runs on that host any more)"
-        } else {
-            "this object's apply runner, whose Pod is gone"
+        let whose = match probed_gone {
+            Some(why) if !failure.lock_holder_gone => {
+                format!("this object's apply runner, whose Pod is gone ({why})")
+            }
+            _ => "this object's runner, which is gone (nothing runs on that host any more)".into(),
         };
         let message = format!(
             "the state lock {lock_id} is held by {holder}, {whose}: released, and the run goes on"
@@ -206,21 +211,20 @@ fn apply_runner_holding(run: &Run<'_>, holder: &str) -> Option<String> {
     let meta = &run.s.object.metadata;
     run.s.object.spec.runner.apply.as_ref()?;
     let pod = crate::naming::apply_runner_pod_name(&meta.name);
-    let host = crate::naming::runner_host(&meta.namespace, &pod);
-    let names_it = holder.rsplit_once('@').is_some_and(|(_, h)| h == host);
+    let names_it = crate::naming::held_by_pod(&meta.namespace, &pod, holder);
     (names_it && !run.s.progress.succeeded(StepKind::StartApplyRunner)).then_some(pod)
 }
 
-/// What this run's [`Step::ProbeRunner`] found: `Some(true)` when the runner is gone; `None`
-/// when it was not asked.
-fn probed_gone(run: &Run<'_>) -> Option<bool> {
+/// What this run's [`Step::ProbeRunner`] found: whether the runner is gone, and what was
+/// found; `None` when it was not asked.
+fn probed(run: &Run<'_>) -> Option<(bool, String)> {
     run.s
         .progress
         .records
         .iter()
         .rev()
         .find_map(|r| match &r.result {
-            Ok(Outcome::RunnerProbed { gone, .. }) => Some(*gone),
+            Ok(Outcome::RunnerProbed { gone, why }) => Some((*gone, why.clone())),
             _ => None,
         })
 }

@@ -144,7 +144,7 @@ pub(crate) async fn look(shared: &Arc<Shared>, group: &Group) -> Result<(), Port
     let mut closing =
         super::closing::Closing::new(shared, group, forge.as_ref(), &open, &stored_plans);
     for action in pulls::plans_to_make(&wanted, &stored) {
-        tracing::debug!(?action, stored = ?stored, "a pull request's plan");
+        tracing::debug!(?action, "a pull request's plan");
         match action {
             PlanAction::Remove(plan) => closing.remove(plan).await?,
             PlanAction::Make(plan) => {
