@@ -303,3 +303,67 @@ async fn a_spec_changed_while_the_leader_was_gone_mid_apply_is_applied_after_the
     let out = secrets.get("vpc-out").await.unwrap().data.unwrap();
     assert_eq!(out["greeting"].0, b"changed while nobody led");
 }
+
+/// Regression (found by the soak, seed 2): a replica that had just won its shard's Lease read
+/// the CA Secret on a connection the restarted API server had dropped, and exited ("reading
+/// the CA Secret ...: ServiceError: client error (SendRequest)"), a crash no one caused. The
+/// controller's wiring now waits out an API server that is away, and still fails at once on a
+/// CA Secret that is not one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_waits_out_the_api_server_while_reading_its_ca() {
+    use k8s_openapi::api::core::v1::Secret;
+    use tfops_core::ports::PortError;
+    use tfops_operator::cluster::{ClusterOptions, ports_when_reachable};
+    let mut cluster = tfops_testcluster::TestCluster::start().await.unwrap();
+    let admin = support::client(&cluster).await;
+    support::namespace(&admin, "tfops-system").await;
+    cluster.kill("kube-apiserver");
+    let wiring = tokio::spawn({
+        let admin = admin.clone();
+        async move {
+            let options = ClusterOptions::new("tfops-system", "r:1");
+            ports_when_reachable(&admin, &options).await
+        }
+    });
+    // Away for a while (the outage's length, not a wait for anything): before the fix the
+    // wiring had failed within milliseconds.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !wiring.is_finished(),
+        "ended while the API server was away: {:?}",
+        wiring.await.unwrap().err()
+    );
+    cluster.start_again("kube-apiserver").await.unwrap();
+    let wired = tokio::time::timeout(Duration::from_secs(60), wiring)
+        .await
+        .expect("the wiring went on once the API server was back")
+        .unwrap();
+    assert!(wired.is_ok(), "{:?}", wired.err());
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "tfops-system");
+    for name in ["tfops-ca", "tfops-ca-pull-approvals"] {
+        assert!(secrets.get_opt(name).await.unwrap().is_some(), "{name}");
+    }
+    // A CA Secret that is not one is the user's to mend: said at once, not waited on.
+    secrets
+        .create(
+            &Default::default(),
+            &support::from_json(
+                json!({"metadata": {"name": "not-a-ca"}, "stringData": {"x": "y"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let mut options = ClusterOptions::new("tfops-system", "r:1");
+    options.ca_secret = "not-a-ca".into();
+    let refused = tokio::time::timeout(
+        Duration::from_secs(30),
+        ports_when_reachable(&admin, &options),
+    )
+    .await
+    .expect("a bad CA Secret is not waited on");
+    assert!(
+        matches!(&refused, Err(PortError::Invalid(m)) if m.contains("not-a-ca")),
+        "{:?}",
+        refused.err()
+    );
+}

@@ -189,6 +189,40 @@ pub async fn ports(client: &kube::Client, options: &ClusterOptions) -> Result<Wi
     })
 }
 
+/// [`ports`], waiting out an API server that cannot be reached (a dropped connection, a 5xx)
+/// rather than failing: a replica that has just won its Lease while the API server restarts
+/// would otherwise exit and come back only in a crash loop (found by the soak, seed 2). A
+/// refusal is waited out for the first minute too, as joining the election does: a
+/// kube-apiserver just started refuses until its RBAC caches are filled. Anything else (a CA
+/// Secret that is not one) fails at once. Each wait is logged, at most every ten seconds.
+///
+/// A leader that waits here longer than its Lease loses its authority (the fence) and its
+/// leadership, which ends it; an embedder without an election waits as long as it takes.
+///
+/// # Errors
+/// As [`ports`], but never [`PortError::Unavailable`].
+pub async fn ports_when_reachable(
+    client: &kube::Client,
+    options: &ClusterOptions,
+) -> Result<Wiring, PortError> {
+    let began = std::time::Instant::now();
+    let mut wait = Duration::from_millis(500);
+    loop {
+        let error = match ports(client, options).await {
+            Ok(wiring) => return Ok(wiring),
+            Err(error @ PortError::Unavailable(_)) => error,
+            Err(error @ PortError::AccessDenied(_)) if began.elapsed() < REFUSALS_WAITED => error,
+            Err(error) => return Err(error),
+        };
+        tracing::warn!(%error, retry_in = ?wait, "cannot read the runner CA and the approval key yet; trying again");
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(10));
+    }
+}
+
+/// How long refusals of the API server are taken for one that has just started.
+const REFUSALS_WAITED: Duration = Duration::from_secs(60);
+
 /// Runs the controller until `shutdown` resolves.
 ///
 /// # Errors
@@ -212,7 +246,7 @@ pub async fn run_with_runner(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
     runner: Option<Arc<dyn RunnerPort>>,
 ) -> Result<(), PortError> {
-    let mut wiring = ports(&client, &options).await?;
+    let mut wiring = ports_when_reachable(&client, &options).await?;
     if let Some(runner) = runner {
         wiring.ports.runner = runner;
     }
