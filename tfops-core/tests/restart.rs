@@ -297,6 +297,8 @@ async fn a_lock_of_this_objects_apply_runner_whose_pod_is_gone_is_released() {
     assert!(said, "an event says why the lock was broken");
 }
 
+/// The other side: a lock of the apply runner whose Pod is still there may be an apply under
+/// way, and is kept (whatever `forceUnlock: auto` says) until that Pod is gone.
 #[tokio::test]
 async fn a_lock_of_this_objects_apply_runner_still_there_is_kept_until_its_pod_is_gone() {
     let w = world();

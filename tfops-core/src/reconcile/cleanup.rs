@@ -157,52 +157,49 @@ fn auto_unlock(run: &mut Run<'_>, failure: &StepFailure) -> Option<Decision> {
     let meta = &run.s.object.metadata;
     let can = run.s.progress.succeeded(StepKind::Setup)
         && !run.s.progress.attempted(StepKind::ForceUnlock);
-    if crate::naming::held_by_own_runner(&meta.namespace, &meta.name, holder) {
-        let apply_runner = apply_runner_holding(run, holder);
-        let probed = probed(run);
-        let probed_gone = probed
-            .as_ref()
-            .filter(|(gone, _)| *gone)
-            .map(|(_, why)| why);
-        let gone = failure.lock_holder_gone || (apply_runner.is_some() && probed_gone.is_some());
-        if !(gone && can) {
-            if let (Some(runner), None, true) = (apply_runner, &probed, can) {
+    if !can {
+        return None;
+    }
+    if !crate::naming::held_by_own_runner(&meta.namespace, &meta.name, holder) {
+        let auto = run.s.object.spec.tfstate.force_unlock == ForceUnlock::Auto;
+        return auto.then(|| force_unlock(run, lock_id));
+    }
+    let whose = if failure.lock_holder_gone {
+        "this object's runner, which is gone (nothing runs on that host any more)".to_string()
+    } else {
+        let runner = apply_runner_holding(run, holder)?;
+        match probed(run) {
+            None => {
                 return Some(Decision {
                     step: Step::ProbeRunner { runner },
                     status: run.st.clone(),
                 });
             }
-            return None;
+            Some((true, why)) => format!("this object's apply runner, whose Pod is gone ({why})"),
+            // There, or it cannot be told: the lock may still be held.
+            Some((false, _)) => return None,
         }
-        let whose = match probed_gone {
-            Some(why) if !failure.lock_holder_gone => {
-                format!("this object's apply runner, whose Pod is gone ({why})")
-            }
-            _ => "this object's runner, which is gone (nothing runs on that host any more)".into(),
-        };
-        let message = format!(
-            "the state lock {lock_id} is held by {holder}, {whose}: released, and the run goes on"
-        );
-        run.set(
-            ConditionType::StateLocked,
-            ConditionStatus::True,
-            Reason::LockHolderGone,
-            message,
-        );
-        return Some(Decision {
-            step: Step::ForceUnlock {
-                lock_id: lock_id.clone(),
-            },
-            status: run.st.clone(),
-        });
-    }
-    let auto = run.s.object.spec.tfstate.force_unlock == ForceUnlock::Auto;
-    (auto && can).then(|| Decision {
+    };
+    let message = format!(
+        "the state lock {lock_id} is held by {holder}, {whose}: released, and the run goes on"
+    );
+    run.set(
+        ConditionType::StateLocked,
+        ConditionStatus::True,
+        Reason::LockHolderGone,
+        message,
+    );
+    Some(force_unlock(run, lock_id))
+}
+
+/// The step that releases `lock_id`.
+fn force_unlock(run: &Run<'_>, lock_id: &str) -> Decision {
+    Decision {
         step: Step::ForceUnlock {
-            lock_id: lock_id.clone(),
+            lock_id: lock_id.to_string(),
         },
         status: run.st.clone(),
-    })
+    }
 }
 
 /// The name of the object's apply runner when `holder` names its host and that runner is a
