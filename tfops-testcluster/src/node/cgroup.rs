@@ -77,10 +77,11 @@ pub fn set_limit(uid: &str, limit: u64) -> bool {
     let Some((dir, v1)) = dir(uid) else {
         return false;
     };
-    let (file, group) = if v1 {
-        ("memory.limit_in_bytes", ("memory.oom_control", "1"))
+    let file = limit_file(v1);
+    let group = if v1 {
+        ("memory.oom_control", "1")
     } else {
-        ("memory.max", ("memory.oom.group", "1"))
+        ("memory.oom.group", "1")
     };
     let _ = std::fs::write(dir.join(group.0), group.1);
     if std::fs::write(dir.join(file), limit.to_string()).is_ok() {
@@ -101,12 +102,17 @@ pub fn set_limit(uid: &str, limit: u64) -> bool {
 /// the kernel for good.
 pub fn lift_limit(uid: &str) {
     let Some((dir, v1)) = dir(uid) else { return };
-    let (file, unlimited) = if v1 {
-        ("memory.limit_in_bytes", "-1")
+    let unlimited = if v1 { "-1" } else { "max" };
+    let _ = std::fs::write(dir.join(limit_file(v1)), unlimited);
+}
+
+/// The file of a cgroup's memory limit (cgroup v1 or v2).
+fn limit_file(v1: bool) -> &'static str {
+    if v1 {
+        "memory.limit_in_bytes"
     } else {
-        ("memory.max", "max")
-    };
-    let _ = std::fs::write(dir.join(file), unlimited);
+        "memory.max"
+    }
 }
 
 /// Whether a process of the Pod's cgroup (or of a group below it) waits at the memory limit
@@ -194,7 +200,10 @@ pub fn kill_all(uid: &str) {
 pub fn remove(uid: &str) -> bool {
     match dir(uid) {
         Some((dir, _)) => {
-            remove_tree(&dir);
+            // Deepest first: a cgroup with children cannot be removed.
+            for group in tree(dir.clone()).iter().rev() {
+                let _ = std::fs::remove_dir(group);
+            }
             !dir.exists()
         }
         None => true,
@@ -211,13 +220,16 @@ pub async fn remove_when_empty(uid: String) {
     }
 }
 
-fn remove_tree(dir: &std::path::Path) {
-    for child in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if child.path().is_dir() {
-            remove_tree(&child.path());
-        }
+/// The group `dir` and every group below it, each after its parent.
+fn tree(dir: PathBuf) -> Vec<PathBuf> {
+    let mut groups = vec![dir];
+    let mut next = 0;
+    while let Some(d) = groups.get(next).cloned() {
+        next += 1;
+        let children = std::fs::read_dir(&d).into_iter().flatten().flatten();
+        groups.extend(children.map(|c| c.path()).filter(|p| p.is_dir()));
     }
-    let _ = std::fs::remove_dir(dir);
+    groups
 }
 
 /// The Pod's cgroup directory, when it exists.
@@ -227,18 +239,18 @@ pub fn existing(uid: &str) -> Option<PathBuf> {
 
 /// Every process in the Pod's cgroup and the groups below it.
 pub fn pids(uid: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    let mut todo: Vec<PathBuf> = existing(uid).into_iter().collect();
-    while let Some(d) = todo.pop() {
-        let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-        out.extend(procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()));
-        for child in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if child.path().is_dir() {
-                todo.push(child.path());
-            }
-        }
-    }
-    out
+    let groups = existing(uid).map(tree).unwrap_or_default();
+    groups
+        .iter()
+        .flat_map(|d| {
+            let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+            let pids: Vec<i32> = procs
+                .lines()
+                .filter_map(|p| p.trim().parse().ok())
+                .collect();
+            pids
+        })
+        .collect()
 }
 
 #[cfg(test)]
