@@ -15,7 +15,7 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -52,25 +52,10 @@ resource "terraform_data" "managed" {{
 async fn identities(op: &Operator) {
     let admin = &op.admin;
     support::namespace(admin, "infra-out").await;
-    let pp = PostParams::default();
     for name in ["tf-plan", "tf-apply"] {
-        Api::<ServiceAccount>::namespaced(admin.clone(), "team-a")
-            .create(
-                &pp,
-                &support::from_json(json!({"metadata": {"name": name}})),
-            )
-            .await
-            .unwrap();
-        support::bind(
-            admin,
-            "team-a",
-            &format!("{name}-runner"),
-            "ClusterRole",
-            "tfops-runner",
-            name,
-        )
-        .await;
+        support::runner_account(admin, "team-a", name).await;
     }
+    let pp = PostParams::default();
     let roles: Api<Role> = Api::namespaced(admin.clone(), "infra-out");
     let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), "infra-out");
     for (name, verbs, account) in [

@@ -85,6 +85,14 @@ impl Fault {
         }
     }
 
+    /// Whether the API server cannot answer while it lasts.
+    fn takes_the_api_away(self) -> bool {
+        matches!(
+            self,
+            Self::EtcdKilled | Self::EtcdPaused | Self::ApiServerKilled | Self::ApiServerPaused
+        )
+    }
+
     /// Whether healing it takes requests to the API server.
     fn healed_through_the_api(self) -> bool {
         matches!(self, Self::QuotaZero | Self::Cordoned)
@@ -346,10 +354,7 @@ impl Soak {
             due.extend(etcd);
             // A fault healed through the API (a quota, a cordon) waits while the API server
             // or etcd is still down: its heal would wait on them, and they heal later.
-            let api_down = kept.iter().any(|a| {
-                a.fault.rank() == 0
-                    || matches!(a.fault, Fault::ApiServerKilled | Fault::ApiServerPaused)
-            });
+            let api_down = kept.iter().any(|a| a.fault.takes_the_api_away());
             let (due, waiting): (Vec<Active>, Vec<Active>) = due
                 .into_iter()
                 .partition(|a| !(api_down && a.fault.healed_through_the_api()));

@@ -99,24 +99,8 @@ pub(crate) async fn prepare(settings: Settings) -> Soak {
 /// The plan and apply ServiceAccounts of the objects with an apply identity, each with the
 /// runner's role (the state and its lock); the ledger tells which one ran each create.
 async fn apply_identities(admin: &kube::Client, namespace: &str) {
-    use k8s_openapi::api::core::v1::ServiceAccount;
     for account in [workload::PLAN_ACCOUNT, workload::APPLY_ACCOUNT] {
-        kube::Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
-            .create(
-                &kube::api::PostParams::default(),
-                &crate::support::from_json(serde_json::json!({"metadata": {"name": account}})),
-            )
-            .await
-            .unwrap();
-        crate::support::bind(
-            admin,
-            namespace,
-            &format!("{account}-runner"),
-            "ClusterRole",
-            "tfops-runner",
-            account,
-        )
-        .await;
+        crate::support::runner_account(admin, namespace, account).await;
     }
 }
 

@@ -286,8 +286,13 @@ pub async fn bind(
 }
 
 /// Gives the ServiceAccount `account` of `namespace` the runner's role as tfops ships it
-/// (`config/rbac/runner.yaml`, created once).
+/// (`config/rbac/runner.yaml`, created once), with the RoleBinding `tf-runner`.
 pub async fn grant_runner(client: &kube::Client, namespace: &str, account: &str) {
+    grant_runner_as(client, namespace, "tf-runner", account).await;
+}
+
+/// [`grant_runner`] with the RoleBinding `binding`.
+async fn grant_runner_as(client: &kube::Client, namespace: &str, binding: &str, account: &str) {
     let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
     if roles.get_opt("tfops-runner").await.unwrap().is_none() {
         roles
@@ -298,12 +303,25 @@ pub async fn grant_runner(client: &kube::Client, namespace: &str, account: &str)
     bind(
         client,
         namespace,
-        "tf-runner",
+        binding,
         "ClusterRole",
         "tfops-runner",
         account,
     )
     .await;
+}
+
+/// Creates the ServiceAccount `account` in `namespace` with the runner's role there (the
+/// RoleBinding `<account>-runner`): a plan or apply identity of `spec.runner`.
+pub async fn runner_account(client: &kube::Client, namespace: &str, account: &str) {
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), namespace)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({"metadata": {"name": account}})),
+        )
+        .await
+        .unwrap();
+    grant_runner_as(client, namespace, &format!("{account}-runner"), account).await;
 }
 
 /// A test cluster whose node agent runs the runner image as this workspace's `tfops-runner`,

@@ -362,7 +362,6 @@ pub fn pending(t: &Terraform) -> String {
         .unwrap_or_default()
 }
 
-/// Whether `Ready` has `reason` at the object's generation.
 /// Whether any of the object's conditions says `text`.
 pub fn says(t: &Terraform, text: &str) -> bool {
     t.status
@@ -370,6 +369,7 @@ pub fn says(t: &Terraform, text: &str) -> bool {
         .is_some_and(|s| s.conditions.iter().any(|c| c.message.contains(text)))
 }
 
+/// Whether `Ready` has `reason` at the object's generation.
 pub fn ready_with(t: &Terraform, reason: &str) -> bool {
     let generation = t.metadata.generation.unwrap_or_default();
     t.status.as_ref().is_some_and(|s| {

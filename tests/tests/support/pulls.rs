@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::operator::Operator;
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{Value, json};
 use tfops_core::pulls::MARKER;
 use tfops_testcluster::gitea::Gitea;
 
@@ -60,12 +60,11 @@ pub async fn statuses(
     let mut newest: std::collections::BTreeMap<String, (u64, (String, String))> =
         Default::default();
     for s in combined["statuses"].as_array().into_iter().flatten() {
-        let state = s["status"].as_str().or(s["state"].as_str()).unwrap_or("");
         let id = s["id"].as_u64().unwrap_or(0);
         let entry = (
             id,
             (
-                state.to_string(),
+                state_of(s),
                 s["description"].as_str().unwrap_or("").to_string(),
             ),
         );
@@ -92,14 +91,17 @@ pub async fn history(gitea: &Gitea, sha: &str, context: &str) -> Vec<String> {
         .into_iter()
         .flatten()
         .filter(|s| s["context"].as_str() == Some(context))
-        .map(|s| {
-            s["status"]
-                .as_str()
-                .or(s["state"].as_str())
-                .unwrap_or("")
-                .to_string()
-        })
+        .map(state_of)
         .collect()
+}
+
+/// A commit status's state (`status` in Gitea's combined status, `state` in its list).
+fn state_of(status: &Value) -> String {
+    status["status"]
+        .as_str()
+        .or(status["state"].as_str())
+        .unwrap_or("")
+        .to_string()
 }
 
 /// Waits (at most `seconds`) until `test` of the pull request's single tfops comment holds;
