@@ -167,7 +167,8 @@ async fn a_controller_killed_mid_apply_is_followed_by_one_that_attaches() {
 /// apply runner's Pod, finds it gone, releases the lock (`LockHolderGone`) and converges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_apply_runner_killed_mid_apply_leaves_no_lock_that_stops_the_object() {
-    let op = Operator::start_with_processes(&[]).await;
+    // Runner Pods as real containers where `scripts/test` asks for them, as in the soak.
+    let op = Operator::start().await;
     let name = "split";
     op.git.commit("infra", &[("main.tf", &slow(60))]);
     let runner = json!({"apply": {"serviceAccountName": "tf-runner"}});
