@@ -353,7 +353,7 @@ async fn a_cluster_without_the_crd_is_named_as_such() {
     let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/crd/");
     let (ok, out, err) = support::kubectl(&kubeconfig, &["apply", "-k", crds.to_str().unwrap()]);
     assert!(ok, "{out}{err}");
-    support::terraform_crd_established(&kubeconfig);
+    support::tfops_crds_established(&kubeconfig);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("app.yaml");
     std::fs::write(

@@ -557,7 +557,7 @@ async fn installed_from_the_chart_it_runs_an_object_under_the_rbac_it_grants() {
     install.extend(["--set", "replicaCount=2"]);
     let out = run(&helm(4), &install);
     assert!(out.contains("REVISION: 2"), "{out}");
-    support::terraform_crd_established(&kubeconfig);
+    support::tfops_crds_established(&kubeconfig);
     let (ok, out, err) = support::kubectl(
         &kubeconfig,
         &[
@@ -751,7 +751,7 @@ async fn the_kustomize_tree_installs_with_kubectl() {
         out.contains("deployment.apps/tfops-manager created"),
         "{out}"
     );
-    support::terraform_crd_established(&kubeconfig);
+    support::tfops_crds_established(&kubeconfig);
     let (ok, _, err) = support::kubectl(&kubeconfig, &["create", "namespace", "team-a"]);
     assert!(ok, "{err}");
     let (ok, out, err) = support::kubectl(

@@ -120,7 +120,7 @@ async fn the_chart_runs_the_manager_image_as_a_deployment_with_leader_election()
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    support::terraform_crd_established(&kubeconfig);
+    support::tfops_crds_established(&kubeconfig);
 
     // Two manager containers from the Deployment; one leads.
     let leases: Api<Lease> = Api::namespaced(admin.clone(), NAMESPACE);

@@ -311,8 +311,9 @@ async fn a_runner_oom_killed_mid_apply_is_reported_at_once_with_its_reason() {
     let gate = tempfile::tempdir().unwrap();
     let gate = gate.path().join("go");
     let slow = format!(
-        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"while [ ! -e '{}' ]; do sleep 0.1; done; exec tail /dev/zero\"\n  }}\n}}\n",
-        gate.display()
+        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"while [ ! -e '{}' ]; do sleep 0.1; done; {}\"\n  }}\n}}\n",
+        gate.display(),
+        support::operator::GROW
     );
     let mut s = port.start(&object, RunnerRole::Plan).await.unwrap();
     s.setup(&setup(&object, &slow)).await.unwrap();

@@ -77,7 +77,8 @@ fn time_to_ready(admin: kube::Client) -> tokio::task::JoinHandle<Vec<Duration>> 
 async fn runner_containers_apply_to_ready_hardened_as_seed_002_promises() {
     let op = Operator::start_in_containers().await;
     let timing = time_to_ready(op.admin.clone());
-    op.git.commit("infra", &[("main.tf", &slow(12))]);
+    // The apply waits until the checks below are done (they take a `podman exec` each).
+    op.git.commit("infra", &[("main.tf", &until_told())]);
     op.apply(&op.manifest(
         "boxed",
         json!({"approvePlan": "auto", "writeOutputsToSecret": {"name": "boxed-outputs"}}),
@@ -140,6 +141,7 @@ async fn runner_containers_apply_to_ready_hardened_as_seed_002_promises() {
     let k8s = &claims(&token)["kubernetes.io"];
     assert_eq!(k8s["pod"]["name"], json!(running.metadata.name));
     assert_eq!(k8s["serviceaccount"]["name"], "tf-runner");
+    std::fs::write(in_container(&uid, "/tmp/checked"), "").unwrap();
 
     let t = op
         .wait_for("boxed", "applied", 240, |t| {
@@ -163,22 +165,14 @@ async fn runner_containers_apply_to_ready_hardened_as_seed_002_promises() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_runner_container_oom_killed_mid_apply_converges_with_no_human() {
     let op = Operator::start_in_containers().await;
-    // The apply waits for a file inside the container, then grows without bound.
-    op.git.commit(
-        "infra",
-        &[("main.tf", &hungry(std::path::Path::new("/tmp/go")))],
-    );
+    // The apply grows without bound as soon as it runs (and so does any retry, in a new Pod).
+    op.git.commit("infra", &[("main.tf", &hungry(None))]);
     op.apply(&op.manifest(
         "greedy",
         json!({"approvePlan": "auto", "runner": memory_limit("256Mi")}),
     ));
-    applying(&op, "greedy").await;
-    let pods: Api<Pod> = Api::namespaced(op.admin.clone(), "team-a");
-    let pod = pods.get("greedy-tf-runner").await.unwrap();
-    let uid = pod.metadata.uid.clone().unwrap();
-    assert!(exec(&uid, "touch /tmp/go").0);
     let expected = "runner Pod team-a/greedy-tf-runner died: killed (OOMKilled: over its memory limit, exit code 137)";
-    op.wait_for("greedy", "reported the OOM kill", 90, move |t| {
+    op.wait_for("greedy", "reported the OOM kill", 210, move |t| {
         says(t, expected)
     })
     .await;
@@ -206,14 +200,31 @@ async fn a_runner_container_oom_killed_mid_apply_converges_with_no_human() {
     // The limit cut below what an apply uses while it runs (as an in-place resize does): the
     // container is OOM-killed, and the runtime's own processes in the Pod's cgroup (podman's
     // monitor, its cleanup) must not stay held at that limit.
-    let waits = format!(
-        "{}\nresource \"terraform_data\" \"cut\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep 120\"\n  }}\n}}\n",
-        slow(0)
-    );
-    op.git.commit("infra", &[("main.tf", &waits)]);
+    op.git.commit("infra", &[("main.tf", &grows_once_cut())]);
     applying(&op, "greedy").await;
+    let pods: Api<Pod> = Api::namespaced(op.admin.clone(), "team-a");
+    let uid = pods
+        .get("greedy-tf-runner")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let waiting = in_container(&uid, "/tmp/waiting");
+    let began = Instant::now();
+    while !waiting.exists() {
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "the cut resource never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let grow = in_container(&uid, "/tmp/grow");
     let node = op.cluster.node().unwrap();
     assert!(node.set_memory_limit("team-a", "greedy-tf-runner", 1 << 20));
+    // Written from the host at once, so the file is not charged to the Pod's memory and the
+    // hog is the next to ask for memory.
+    std::fs::write(grow, "").unwrap();
     op.wait_for("greedy", "reported the OOM kill of the cut", 90, move |t| {
         says(t, expected)
     })
@@ -225,6 +236,47 @@ async fn a_runner_container_oom_killed_mid_apply_converges_with_no_human() {
     })
     .await;
     nothing_left(&op).await;
+}
+
+/// [`slow`]`(0)` and a resource whose apply says it runs (`/tmp/waiting`), waits for the file
+/// `/tmp/grow`, then grows without bound ([`GROW`](support::operator::GROW)). It waits
+/// spinning in the shell, starting no process: after the limit is cut, any new process would
+/// be refused memory in the kernel (a failed fork, not an OOM kill). A retry in a new Pod,
+/// which nobody tells to grow, gives up after two minutes and succeeds.
+fn grows_once_cut() -> String {
+    let script = format!(
+        ": > /tmp/waiting; until [ -e /tmp/grow ] || [ $SECONDS -ge 120 ]; do :; done; [ -e /tmp/grow ] || exit 0; {}",
+        support::operator::GROW
+    );
+    format!(
+        "{}\nresource \"terraform_data\" \"cut\" {{\n  provisioner \"local-exec\" {{\n    interpreter = [\"/bin/bash\", \"-c\"]\n    command = \"{script}\"\n  }}\n}}\n",
+        slow(0)
+    )
+}
+
+/// [`slow`]`(0)`'s configuration, whose apply waits until the file `/tmp/checked` exists in
+/// its container (two minutes at most), so that a test looks inside it while it applies.
+fn until_told() -> String {
+    slow(0).replace(
+        "command = \"sleep 0\"",
+        "command = \"n=0; while [ ! -e /tmp/checked ] && [ $n -lt 1200 ]; do sleep 0.1; n=$((n+1)); done\"",
+    )
+}
+
+/// `path` inside the container running the Pod with `uid`, as the host reaches it (through its
+/// first process's root).
+fn in_container(uid: &str, path: &str) -> std::path::PathBuf {
+    let out = std::process::Command::new("podman")
+        .args(["--runtime", "runc", "inspect", "--format", "{{.State.Pid}}"])
+        .arg(format!("tfops-pod-{uid}"))
+        .output()
+        .unwrap();
+    let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success() && !pid.is_empty(),
+        "no container of Pod {uid}"
+    );
+    std::path::PathBuf::from(format!("/proc/{pid}/root{path}"))
 }
 
 /// Once the runner Pods are gone, nothing of them is left on the host: no cgroup, no process

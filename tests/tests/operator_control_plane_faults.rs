@@ -103,10 +103,11 @@ async fn apply_through(
         json!({"approvePlan": "auto", "interval": "1h",
                "vars": [{"name": "greeting", "value": stamp}]}),
     ));
-    // Within 20 s, also right after the previous fault: the regression of the manager that
+    // Within 60 s, also right after the previous fault: the regression of the manager that
     // saw a change only 112-120 s after a kube-apiserver restart (kube-runtime's default
-    // watch backoff, now tfops_kube::watch_backoff).
-    ledger_has_within(ledger, &format!("start-{stamp}"), 20).await;
+    // watch backoff, now tfops_kube::watch_backoff). Half that, so that a loaded machine of
+    // two cores is not taken for the regression.
+    ledger_has_within(ledger, &format!("start-{stamp}"), 60).await;
     applying(op, "w").await;
     println!(
         "{stamp}: from the spec's change to Terraform applying: {:.1} s",
@@ -210,7 +211,7 @@ async fn a_change_right_after_the_api_server_restarts_is_acted_on_within_seconds
     op.apply(&op.manifest("w", spec("two")));
     // (`ready_with` holds only once the new generation is observed.)
     let t = op
-        .wait_for("w", "applied the change", 30, |t| {
+        .wait_for("w", "applied the change", 60, |t| {
             ready_with(t, "TerraformAppliedSucceed")
         })
         .await;

@@ -6,8 +6,9 @@
 
 mod support;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ResourceQuota;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use support::operator::{Operator, applying, condition, hungry, ready_with, says, slow};
 
@@ -27,8 +28,10 @@ async fn killed_mid_apply_converges(op: &Operator, name: &str, oom: bool) {
     } else {
         json!({})
     };
-    op.git
-        .commit("infra", &[("main.tf", &hungry(&gate.path().join("go")))]);
+    op.git.commit(
+        "infra",
+        &[("main.tf", &hungry(Some(&gate.path().join("go"))))],
+    );
     op.apply(&op.manifest(name, json!({"approvePlan": "auto", "runner": runner})));
     applying(op, name).await;
     let pod = format!("{name}-tf-runner");
@@ -196,6 +199,65 @@ async fn an_apply_runner_killed_mid_apply_leaves_no_lock_that_stops_the_object()
     assert!(
         message.contains("apply runner, whose Pod is gone"),
         "{message}"
+    );
+}
+
+/// Found by the soak on a new machine (seed 20261205): a runner killed in `init`, while
+/// Terraform wrote the workspace's first state, left the state's Lease held (`Operation:
+/// init`) and no state Secret. Every later `init` stopped on it ("the state is already locked
+/// by another terraform client", which was not even read as a lock), and Terraform's own
+/// `force-unlock` cannot release it: it loads that state first, which takes the same lock.
+/// What the killed runner leaves is made here as the kubernetes backend leaves it (the kill
+/// itself falls between two requests Terraform makes a few milliseconds apart); the run finds
+/// the lock in `init`, proves its holder gone (its own runner's host), frees the Lease and
+/// converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lock_left_by_a_runner_killed_in_init_does_not_stop_the_object() {
+    let op = Operator::start().await;
+    let name = "fresh";
+    let host = tfops_core::naming::runner_host("team-a", &format!("{name}-tf-runner"));
+    let lock_id = "7d3e0c52-init-left";
+    let info = json!({"ID": lock_id, "Path": "", "Operation": "init",
+        "Who": format!("65532@{host}"), "Version": "1.11.4",
+        "Created": "2026-12-05T10:00:00Z", "Info": ""});
+    let leases: Api<Lease> = Api::namespaced(op.admin.clone(), "team-a");
+    let lease = format!("lock-tfstate-default-{name}");
+    leases
+        .create(
+            &PostParams::default(),
+            &support::from_json(json!({
+                "metadata": {"name": lease,
+                    "annotations": {"app.terraform.io/lock-info": info.to_string()}},
+                "spec": {"holderIdentity": lock_id},
+            })),
+        )
+        .await
+        .unwrap();
+    op.git.commit("infra", &[("main.tf", &slow(0))]);
+    op.apply(&op.manifest(name, json!({"approvePlan": "auto"})));
+    op.wait_for(
+        name,
+        "applied after the lock left in init was freed",
+        180,
+        |t| ready_with(t, "TerraformAppliedSucceed"),
+    )
+    .await;
+    let message = lock_released(&op, name).await;
+    assert!(
+        message.contains(lock_id) && message.contains("which is gone"),
+        "{message}"
+    );
+    // Freed as the backend frees a lock (the Lease kept, no holder), and the state written.
+    let left = leases.get(&lease).await.unwrap();
+    assert!(left.spec.and_then(|s| s.holder_identity).is_none());
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(op.admin.clone(), "team-a");
+    assert!(
+        secrets
+            .get_opt(&format!("tfstate-default-{name}"))
+            .await
+            .unwrap()
+            .is_some()
     );
 }
 

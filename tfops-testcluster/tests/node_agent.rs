@@ -68,6 +68,10 @@ async fn wait_pod(pods: &Api<Pod>, name: &str, done: impl Fn(&Pod) -> bool) -> P
     }
 }
 
+/// Grows to 2 GiB, touching every page it takes itself (a string doubled in the shell): far
+/// past any limit here, and bounded should a limit not be enforced.
+const GROW: &str = "i=0; x=x; while [ $i -lt 31 ]; do x=$x$x; i=$((i+1)); done";
+
 fn phase(p: &Pod) -> &str {
     p.status
         .as_ref()
@@ -133,13 +137,15 @@ async fn a_memory_limit_oom_kills_and_a_deletion_honours_the_grace_period() {
     let (cluster, admin, _dir) = cluster().await;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "team-a");
     let pp = PostParams::default();
-    // `tail` of an endless line keeps all of it in memory: past 32 MiB the kernel kills it.
+    // A shell doubling a string touches each page it takes itself: past 32 MiB that page
+    // fault waits for (cgroup v1) or meets (v2) the OOM kill. (`tail /dev/zero` meets the
+    // limit inside `read()`, which fails with EFAULT on v1 instead.)
     pods.create(
         &pp,
         &from_json(json!({
             "metadata": {"name": "hungry"},
             "spec": {"serviceAccountName": "runner", "restartPolicy": "Never", "containers": [{
-                "name": "main", "image": "tail", "args": ["/dev/zero"],
+                "name": "main", "image": "shell", "args": ["-c", GROW],
                 "resources": {"limits": {"memory": "32Mi"}},
             }]},
         })),
@@ -156,13 +162,27 @@ async fn a_memory_limit_oom_kills_and_a_deletion_honours_the_grace_period() {
         &from_json(json!({
             "metadata": {"name": "stubborn"},
             "spec": {"serviceAccountName": "runner", "restartPolicy": "Never", "containers": [{
-                "name": "main", "image": "shell", "args": ["-c", "trap '' TERM; while :; do sleep 1; done"],
+                "name": "main", "image": "shell", "args": ["-c", "trap '' TERM; echo ignoring; while :; do sleep 1; done"],
             }]},
         })),
     )
     .await
     .unwrap();
     wait_pod(&pods, "stubborn", |p| phase(p) == "Running").await;
+    // Running says the process started, not that its shell set the trap yet.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pods
+        .logs("stubborn", &LogParams::default())
+        .await
+        .unwrap_or_default()
+        .contains("ignoring")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the container never set its trap"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     pods.delete(
         "stubborn",
         &kube::api::DeleteParams {
@@ -201,14 +221,14 @@ async fn a_cordoned_node_takes_no_pod_until_uncordoned_and_an_oom_kills_the_whol
     };
     cordon(true).await;
     let pp = PostParams::default();
-    // The OOM killer takes the largest process, `tail`, not the shell that started it; the
-    // whole container goes with it, as with cgroup v2's memory.oom.group.
+    // The hog is a child of the container's shell, not the shell itself; the whole container
+    // goes with it, as with cgroup v2's memory.oom.group.
     pods.create(
         &pp,
         &from_json(json!({
             "metadata": {"name": "waits"},
             "spec": {"serviceAccountName": "runner", "restartPolicy": "Never", "containers": [{
-                "name": "main", "image": "shell", "args": ["-c", "tail /dev/zero; sleep 600"],
+                "name": "main", "image": "shell", "args": ["-c", format!("sh -c '{GROW}'; sleep 600")],
                 "resources": {"limits": {"memory": "32Mi"}},
             }]},
         })),

@@ -374,7 +374,12 @@ fn install_configuration(op: &Operator, dir: &Path) {
         );
         assert!(ok, "{crd}: {out}{err}");
     }
-    for crd in ["applications.argoproj.io", "appprojects.argoproj.io"] {
+    // Every one applied is waited for: Argo CD's controllers watch all three.
+    for crd in [
+        "applications.argoproj.io",
+        "appprojects.argoproj.io",
+        "applicationsets.argoproj.io",
+    ] {
         let (ok, out, err) = super::kubectl(
             &op.kubeconfig,
             &[

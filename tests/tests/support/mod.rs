@@ -43,18 +43,23 @@ pub fn from_json<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
 
 /// Creates the Widget CRD and waits until it is established.
 pub async fn widgets_served(client: &kube::Client) {
+    crd_served(client, &widget_crd()).await;
+}
+
+/// Creates `crd` and waits (at most 30 s) until the API server serves its resource: until
+/// then, objects of it are refused with 404.
+pub async fn crd_served(client: &kube::Client, crd: &CustomResourceDefinition) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &widget_crd())
-        .await
-        .unwrap();
+    crds.create(&PostParams::default(), crd).await.unwrap();
+    let name = crd.metadata.name.clone().unwrap();
     let established = kube::runtime::wait::await_condition(
         crds,
-        "widgets.test.tfops.io",
+        &name,
         kube::runtime::wait::conditions::is_crd_established(),
     );
-    tokio::time::timeout(std::time::Duration::from_secs(10), established)
+    tokio::time::timeout(std::time::Duration::from_secs(30), established)
         .await
-        .unwrap()
+        .unwrap_or_else(|_| panic!("the CRD {name} was not Established within 30 s"))
         .unwrap();
 }
 
@@ -185,19 +190,7 @@ pub fn widget_crd() -> CustomResourceDefinition {
 /// Creates tfops' `Terraform` CRD (generated from the types) and waits until it is
 /// established.
 pub async fn terraform_crd_served(client: &kube::Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &tfops_kube::crd().unwrap())
-        .await
-        .unwrap();
-    let established = kube::runtime::wait::await_condition(
-        crds,
-        "terraforms.infra.argocd.io",
-        kube::runtime::wait::conditions::is_crd_established(),
-    );
-    tokio::time::timeout(std::time::Duration::from_secs(10), established)
-        .await
-        .unwrap()
-        .unwrap();
+    crd_served(client, &tfops_kube::crd().unwrap()).await;
 }
 
 /// Creates the `Terraform` object `namespace/name` with a Git source and `spec` merged over
@@ -233,19 +226,20 @@ pub fn kustomize_path(from: &Path, target: &Path) -> String {
     )
 }
 
-/// Waits (with `kubectl wait`, at most 30 s) until the `Terraform` CRD installed with
-/// kubectl is Established.
-pub fn terraform_crd_established(kubeconfig: &Path) {
+/// Waits (with `kubectl wait`, at most 30 s) until both CRDs of tfops installed with kubectl
+/// or helm (`Terraform`, `TerraformPolicy`) are Established.
+pub fn tfops_crds_established(kubeconfig: &Path) {
     let (ok, out, err) = kubectl(
         kubeconfig,
         &[
             "wait",
             "--for=condition=Established",
             "crd/terraforms.infra.argocd.io",
+            "crd/terraformpolicies.infra.argocd.io",
             "--timeout=30s",
         ],
     );
-    assert!(ok, "the Terraform CRD never became Established: {out}{err}");
+    assert!(ok, "the CRDs of tfops never became Established: {out}{err}");
 }
 
 /// The runner binary the node agent runs for the runner image: this crate's

@@ -9,7 +9,6 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::await_condition;
 use serde_json::json;
@@ -111,10 +110,7 @@ impl Operator {
         let (cluster, pods_dir) = super::cluster_with_node_on(containers).await;
         let admin = super::client(&cluster).await;
         super::terraform_crd_served(&admin).await;
-        Api::<CustomResourceDefinition>::all(admin.clone())
-            .create(&PostParams::default(), &tfops_kube::policy_crd().unwrap())
-            .await
-            .unwrap();
+        super::crd_served(&admin, &tfops_kube::policy_crd().unwrap()).await;
         let pp = PostParams::default();
         for ns in ["tfops-system", "team-a"] {
             super::namespace(&admin, ns).await;
@@ -387,13 +383,31 @@ pub fn slow(seconds: u32) -> String {
     )
 }
 
-/// [`CONFIG`] with a resource whose apply waits until the file `gate` exists, then grows without
-/// bound (`tail` of an endless line keeps it all in memory): in a runner Pod with a memory
-/// limit, the kernel's OOM killer ends it, and the container with it.
-pub fn hungry(gate: &std::path::Path) -> String {
+/// A shell loop that grows to 2 GiB (far past any limit of the tests, and bounded should a
+/// limit not be enforced), touching every page it takes itself (a string doubled in the
+/// shell's own memory). At a memory limit the page fault that meets it is the
+/// process's own, so the cgroup's OOM killer is what stops it on cgroup v1 and v2 alike. A hog
+/// whose memory the kernel fills in a system call (`tail /dev/zero`, whose `read()` writes its
+/// buffer) meets the limit in kernel mode instead, and on cgroup v1 with the OOM killer off
+/// that `read()` fails with `EFAULT`: an apply that fails, not one that is OOM-killed.
+pub const GROW: &str = "i=0; x=x; while [ $i -lt 31 ]; do x=$x$x; i=$((i+1)); done";
+
+/// [`CONFIG`] with a resource whose apply grows ([`GROW`]): in a runner Pod with a memory
+/// limit, the kernel's OOM killer ends it, and the container with it. With a `gate` (a file of
+/// the host: runner Pods as processes) it first waits until that file exists, two minutes at
+/// most, and ends at once if it never comes (a retry nobody opens the gate for cannot hang);
+/// without one it grows at once, so that a retry in a new Pod does the same.
+pub fn hungry(gate: Option<&std::path::Path>) -> String {
+    let wait = gate
+        .map(|g| {
+            let g = g.display();
+            format!(
+                "n=0; while [ ! -e '{g}' ] && [ $n -lt 1200 ]; do sleep 0.1; n=$((n+1)); done; [ -e '{g}' ] || exit 0; "
+            )
+        })
+        .unwrap_or_default();
     format!(
-        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"while [ ! -e '{}' ]; do sleep 0.1; done; exec tail /dev/zero\"\n  }}\n}}\n",
-        gate.display()
+        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"{wait}{GROW}\"\n  }}\n}}\n"
     )
 }
 

@@ -84,16 +84,44 @@ pub fn set_limit(uid: &str, limit: u64) -> bool {
         ("memory.oom.group", "1")
     };
     let _ = std::fs::write(dir.join(group.0), group.1);
-    if std::fs::write(dir.join(file), limit.to_string()).is_ok() {
-        return true;
+    // v1 refuses a memory limit above the memory+swap one: that one is lifted first, and set
+    // again after ([`no_swap`]).
+    if v1 {
+        let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), "-1");
     }
-    // cgroup v1 refuses a limit below what the group uses (EBUSY, once reclaim fails): the
-    // limit then is what it uses now, and its next allocation is out of memory.
-    let usage = std::fs::read_to_string(dir.join("memory.usage_in_bytes"))
-        .ok()
-        .and_then(|u| u.trim().parse::<u64>().ok());
-    v1 && usage
-        .is_some_and(|used| std::fs::write(dir.join(file), (used + (64 << 10)).to_string()).is_ok())
+    let set = std::fs::write(dir.join(file), limit.to_string()).is_ok() || v1 && cut_to_usage(&dir);
+    if set {
+        no_swap(&dir, v1);
+    }
+    set
+}
+
+/// cgroup v1 refuses a limit below what the group uses (EBUSY, once reclaim fails): the limit
+/// then is what it uses now, and its next allocation is out of memory. The usage may grow
+/// between the read and the write, so a few tries.
+fn cut_to_usage(dir: &std::path::Path) -> bool {
+    (0..5).any(|_| {
+        std::fs::read_to_string(dir.join("memory.usage_in_bytes"))
+            .ok()
+            .and_then(|u| u.trim().parse::<u64>().ok())
+            .is_some_and(|used| {
+                std::fs::write(dir.join(limit_file(true)), (used + (64 << 10)).to_string()).is_ok()
+            })
+    })
+}
+
+/// No swap past the limit, as a kubelet sets it: on a machine with swap, a process over its
+/// limit would be swapped out rather than OOM-killed. (v1: memory and swap together limited
+/// to the memory limit, where the kernel accounts swap; v2: no swap.)
+fn no_swap(dir: &std::path::Path, v1: bool) {
+    if v1 {
+        let memsw = dir.join("memory.memsw.limit_in_bytes");
+        if let Ok(limit) = std::fs::read_to_string(dir.join(limit_file(true))) {
+            let _ = std::fs::write(memsw, limit.trim());
+        }
+    } else {
+        let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+    }
 }
 
 /// Lifts the Pod's memory limit (after its container was OOM-killed): the runtime's own
@@ -103,6 +131,10 @@ pub fn set_limit(uid: &str, limit: u64) -> bool {
 pub fn lift_limit(uid: &str) {
     let Some((dir, v1)) = dir(uid) else { return };
     let unlimited = if v1 { "-1" } else { "max" };
+    // v1 keeps memory+swap at least the memory limit: that one is raised first.
+    if v1 {
+        let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), unlimited);
+    }
     let _ = std::fs::write(dir.join(limit_file(v1)), unlimited);
 }
 

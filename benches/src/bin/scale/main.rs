@@ -25,6 +25,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
@@ -187,9 +188,19 @@ async fn drive(args: Args) -> anyhow::Result<()> {
             .create(&PostParams::default(), &n)
             .await?;
     }
-    Api::all(client.clone())
-        .create(&PostParams::default(), &tfops_kube::crd()?)
+    // The API server serves a new resource only once its CRD is Established: objects created
+    // before that are refused with 404.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &tfops_kube::crd()?)
         .await?;
+    let established = kube::runtime::wait::await_condition(
+        crds,
+        "terraforms.infra.argocd.io",
+        kube::runtime::wait::conditions::is_crd_established(),
+    );
+    tokio::time::timeout(Duration::from_secs(60), established)
+        .await
+        .context("the Terraform CRD was not Established within 60 s")??;
     // Every object on one repository of a real `git daemon`, as teams share a modules repo;
     // with --monorepo each object has a directory of its own there.
     let git = tests::git::GitDaemon::start();
