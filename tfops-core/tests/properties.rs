@@ -67,6 +67,11 @@ enum Action {
     /// The object's apply runner (`spec.runner.apply`) holds the state lock, its Pod still
     /// there (`.1`: perhaps applying) or gone.
     LockByApplyRunner(usize, bool),
+    /// A dead process of the object's own runner left the lock in `init`, writing the
+    /// workspace's first state: every `init` stops on it until it is released.
+    LockAtInit(usize),
+    /// The object's runner outlives the run that started it (a manager killed mid-run).
+    LeaveRunner(usize),
     Delete(usize),
     /// Adds or removes a `Deny` policy: no resource may become "2", and (rule 2) no plan may
     /// delete `terraform_data.drifted`.
@@ -115,6 +120,7 @@ const FAULTS: &[FakeOp] = &[
     FakeOp::Show,
     FakeOp::Apply,
     FakeOp::Attach,
+    FakeOp::Release,
     FakeOp::Output,
     FakeOp::Inventory,
     FakeOp::Unlock,
@@ -152,6 +158,8 @@ fn action() -> impl Strategy<Value = Action> {
         1 => obj.clone().prop_map(Action::Drift),
         1 => obj.clone().prop_map(Action::LockState),
         1 => (obj.clone(), any::<bool>()).prop_map(|(o, alive)| Action::LockByApplyRunner(o, alive)),
+        1 => obj.clone().prop_map(Action::LockAtInit),
+        1 => obj.clone().prop_map(Action::LeaveRunner),
         1 => (0usize..6).prop_filter_map("rare", |o| (o < 2).then_some(o)).prop_map(Action::Delete),
         1 => Just(Action::TogglePolicy),
         1 => Just(Action::LoseRunners),
@@ -391,6 +399,8 @@ impl Model {
             Action::LockByApplyRunner(i, alive) => {
                 w.lock_state_of_apply_runner(&self.keys[i], "lock-2", alive);
             }
+            Action::LockAtInit(i) => w.lock_state_at_init_of_dead_runner(&self.keys[i], "lock-3"),
+            Action::LeaveRunner(i) => w.leave_runner(&self.keys[i]),
             Action::Delete(i) => w.delete(&self.keys[i]),
             Action::LoseRunners => w.lose_runners(),
             Action::CrashAfterApply => w.crash_after_next_apply(),
@@ -451,6 +461,12 @@ impl Model {
                         holder.ends_with(&tfops_core::naming::runner_host(&key.namespace, &pod))
                     })
         };
+        // An apply recorded as under way (its runner may still be applying), by the model's
+        // reading of the status: the reconcile's start must never end that object's runners.
+        let apply_recorded = before.status.active_run.is_some()
+            || conditions::find(&before.status.conditions, ConditionType::Ready)
+                .is_some_and(|c| c.reason == Reason::TerraformApplying.as_str());
+        let released_before = w.lock().released.iter().filter(|k| *k == key).count();
         let lock_id_before = w
             .lock()
             .infra
@@ -497,6 +513,42 @@ impl Model {
             prop_assert!(
                 calls.iter().all(|c| c.op != FakeOp::Apply),
                 "a suspended object applied"
+            );
+        }
+        // Its runners are never ended while an apply is recorded as under way; and one that
+        // ends saying Suspended has no runner left up, unless ending it failed (a fault, or a
+        // runner that may be applying).
+        let released_now = w.lock().released.iter().filter(|k| *k == key).count();
+        if apply_recorded {
+            prop_assert_eq!(
+                released_now,
+                released_before,
+                "a runner ended while an apply was recorded"
+            );
+        }
+        let says_suspended = w.object(key).is_some_and(|o| {
+            conditions::find(&o.status.conditions, ConditionType::Ready)
+                .is_some_and(|c| c.reason == Reason::Suspended.as_str())
+        });
+        let release_failed = result
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .is_some_and(|r| {
+                r.records
+                    .iter()
+                    .any(|x| x.step == StepKind::ReleaseRunners && x.result.is_err())
+            });
+        if suspended
+            && !deleting
+            && !apply_recorded
+            && says_suspended
+            && result.is_ok()
+            && !release_failed
+        {
+            prop_assert!(
+                !w.lock().leftover_runners.contains(key),
+                "a suspended object's runner was left up"
             );
         }
 
@@ -747,12 +799,16 @@ impl Model {
         check_replay(&before, &deps, &report, now0, w, source_revision.as_deref())?;
 
         // Every failure that ends a run is visible as Ready=False with its reason.
-        // (A failed automatic force-unlock leaves the lock failure before it as the cause.)
-        let mut ending = report
-            .records
-            .iter()
-            .rev()
-            .filter(|r| r.step != StepKind::Cleanup && r.step != StepKind::ProbeRunner);
+        // (A failed automatic force-unlock leaves the lock failure before it as the cause. A
+        // suspended object's release of its runners is not a run: it stays Suspended.)
+        let mut ending = report.records.iter().rev().filter(|r| {
+            ![
+                StepKind::Cleanup,
+                StepKind::ProbeRunner,
+                StepKind::ReleaseRunners,
+            ]
+            .contains(&r.step)
+        });
         let mut last = ending.next();
         if last.is_some_and(|r| r.step == StepKind::ForceUnlock && r.result.is_err()) {
             last = ending.next();

@@ -209,6 +209,42 @@ async fn a_lock_of_this_objects_own_runner_proved_gone_is_released_whatever_forc
     assert!(said, "an event says why the lock was broken");
 }
 
+/// Found by the soak on a new machine: a runner killed in `init`, while Terraform wrote the
+/// workspace's first state under the lock, left the lock held; every later run stopped at its
+/// own `init` (setup never succeeded, so the lock was never released) until a human came.
+#[tokio::test]
+async fn a_lock_a_dead_runner_left_in_init_is_released_and_the_object_converges() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    w.lock_state_at_init_of_dead_runner(&key, "lock-init");
+    reconcile(&w, &key).await;
+    assert_eq!(w.calls_of(&key, FakeOp::Unlock), 1, "released once");
+    assert_eq!(
+        w.calls_of(&key, FakeOp::Init),
+        2,
+        "init again after the release"
+    );
+    assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+    assert_eq!(w.applies(&key), 1);
+    assert!(w.object(&key).unwrap().status.lock.pending.is_empty());
+}
+
+/// A lock someone else holds at `init` is not this object's runner's: with `forceUnlock: no`
+/// it stays, and the object says who holds it.
+#[tokio::test]
+async fn a_lock_of_another_holder_at_init_is_kept_and_said() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    w.lock_state(&key, "lock-other", "someone@laptop");
+    w.lock().infra.get_mut(&key).unwrap().lock_at_init = true;
+    reconcile(&w, &key).await;
+    assert_eq!(w.calls_of(&key, FakeOp::Unlock), 0);
+    assert_eq!(w.applies(&key), 0);
+    let (status, reason, _) = ready(&w, &key);
+    assert_eq!((status, reason.as_str()), (False, "LockHeld"));
+    assert_eq!(w.object(&key).unwrap().status.lock.pending, "lock-other");
+}
+
 #[tokio::test]
 async fn deletion_that_keeps_the_resources_does_not_wait_for_a_recorded_apply() {
     let w = world();

@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde::Deserialize;
 use tfops_core::api::ObjectKey;
 use tfops_core::naming::{state_lease_name, state_secret_name};
@@ -254,6 +254,45 @@ impl StateAdmin for KubeStateAdmin {
                 e,
             )),
         }
+    }
+
+    async fn release_lock(
+        &self,
+        object: &ObjectKey,
+        workspace: &str,
+        suffix: &str,
+        lock_id: &str,
+    ) -> Result<bool, PortError> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &object.namespace);
+        let name = state_lease_name(workspace, suffix);
+        let what = format!("Lease {}/{name}", object.namespace);
+        let Some(mut lease) = leases
+            .get_opt(&name)
+            .await
+            .map_err(|e| port_error(&format!("reading {what}"), e))?
+        else {
+            return Ok(false);
+        };
+        let holder = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref());
+        if holder != Some(lock_id) {
+            return Ok(false);
+        }
+        // What the backend's own unlock writes: no holder, no lock info.
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+        }
+        if let Some(annotations) = lease.metadata.annotations.as_mut() {
+            annotations.remove(LOCK_INFO_ANNOTATION);
+        }
+        // The resourceVersion read is kept: a lock taken since is never freed (409 instead).
+        leases
+            .replace(&name, &PostParams::default(), &lease)
+            .await
+            .map_err(|e| port_error(&format!("releasing {what}"), e))?;
+        Ok(true)
     }
 }
 

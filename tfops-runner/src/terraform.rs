@@ -337,9 +337,15 @@ pub(crate) fn args(a: &[&str]) -> Vec<String> {
 }
 
 /// A failed command as an error: a held lock is recognised from Terraform's "Lock Info".
+/// Besides the usual "Error acquiring the state lock", the kubernetes backend says "the state
+/// is already locked by another terraform client" (OpenTofu: "tofu client") when `init`, or
+/// any command creating a workspace's first state, finds the lock held.
 pub(crate) fn failure(exit: &Exit) -> TfError {
     let err = &exit.stderr;
-    if err.contains("Error acquiring the state lock") || err.contains("Error locking state") {
+    let locked = err.contains("Error acquiring the state lock")
+        || err.contains("Error locking state")
+        || err.contains("state is already locked by another");
+    if locked {
         let field = |name: &str| {
             err.lines()
                 .find_map(|l| {
@@ -413,5 +419,43 @@ fn collect_resources(module: &serde_json::Value, out: &mut Vec<(String, String, 
     }
     for child in module["child_modules"].as_array().into_iter().flatten() {
         collect_resources(child, out);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn exit(stderr: &str) -> Exit {
+        Exit {
+            code: 1,
+            cancelled: false,
+            stdout: String::new(),
+            stderr: stderr.into(),
+        }
+    }
+
+    /// What `init` prints when the lock of the workspace's first state is held: Terraform's
+    /// "Error loading state:" around the kubernetes backend's lock error and its Lock Info
+    /// (the holder as the soak, seed 20261205, found it).
+    #[test]
+    fn a_lock_found_while_creating_a_workspaces_first_state_is_a_held_lock() {
+        for client in ["terraform", "tofu"] {
+            let stderr = format!(
+                "│ Error: Error loading state: the state is already locked by another {client} client\n│ \n│ Lock Info:\n│   ID:        5f0c-init\n│   Path:      \n│   Operation: init\n│   Who:       65532@cache-tf-runner-4461a52e7b\n"
+            );
+            match failure(&exit(&stderr)) {
+                TfError::Locked { lock_id, holder } => {
+                    assert_eq!(lock_id, "5f0c-init");
+                    assert_eq!(holder, "65532@cache-tf-runner-4461a52e7b");
+                }
+                other => panic!("{client}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            failure(&exit("│ Error: Unsupported argument")),
+            TfError::Failed { .. }
+        ));
     }
 }

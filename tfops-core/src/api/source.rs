@@ -37,9 +37,7 @@ pub struct SourceRef {
     pub watch_paths: Vec<String>,
     /// Plan the repository's open pull requests that touch this object (its `spec.path` or
     /// `watchPaths`), each at the pull request's head, and show the plans on the pull request
-    /// (docs/pull-requests.md). Git over `http(s)://` only. Default: not planned. Not acted on
-    /// yet: this version validates it; the manager planning pull requests comes next
-    /// (docs/pull-requests.md, "Status").
+    /// (docs/pull-requests.md). Git over `http(s)://` only. Default: not planned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_requests: Option<super::PullRequests>,
 }

@@ -41,6 +41,18 @@ pub trait RunnerPort: Send + Sync {
             "runner {runner}: this runner port cannot attach to earlier runners"
         )))
     }
+
+    /// Ends the object's runners that outlived the runs that started them (a manager killed
+    /// or fenced mid-run leaves its runner Pod up), but never one still running a command:
+    /// that one fails the call ([`PortError::Unavailable`]) and is asked again later. Runners
+    /// that end with their session (local child processes) have nothing to release.
+    ///
+    /// # Errors
+    /// [`PortError::Unavailable`] when a runner is busy or cannot be told apart now.
+    async fn release(&self, object: &TerraformObject) -> Result<(), PortError> {
+        let _ = object;
+        Ok(())
+    }
 }
 
 /// What a runner session sets up before `init`.

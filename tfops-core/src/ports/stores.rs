@@ -235,6 +235,19 @@ pub trait StateAdmin: Send + Sync {
         workspace: &str,
         suffix: &str,
     ) -> Result<(), PortError>;
+
+    /// Releases the lock `lock_id` of `workspace`'s state outside Terraform, as its
+    /// `force-unlock` does (the kubernetes backend: the Lease freed of that holder), and only
+    /// while that exact lock holds it. For a lock Terraform cannot release itself: one taken
+    /// while creating a workspace's first state (`init`), whose `force-unlock` first tries to
+    /// take the same lock. Whether it released it (`false`: no such lock is held).
+    async fn release_lock(
+        &self,
+        object: &ObjectKey,
+        workspace: &str,
+        suffix: &str,
+        lock_id: &str,
+    ) -> Result<bool, PortError>;
 }
 
 #[cfg(test)]

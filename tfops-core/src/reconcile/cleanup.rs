@@ -155,7 +155,7 @@ fn is_stalled_by(run: &Run<'_>, reason: Reason) -> bool {
 fn auto_unlock(run: &mut Run<'_>, failure: &StepFailure) -> Option<Decision> {
     let (lock_id, holder) = failure.lock.as_ref()?;
     let meta = &run.s.object.metadata;
-    let can = run.s.progress.succeeded(StepKind::Setup)
+    let can = (run.s.progress.succeeded(StepKind::Setup) || stopped_at_setup(run))
         && !run.s.progress.attempted(StepKind::ForceUnlock);
     if !can {
         return None;
@@ -190,6 +190,18 @@ fn auto_unlock(run: &mut Run<'_>, failure: &StepFailure) -> Option<Decision> {
         message,
     );
     Some(force_unlock(run, lock_id))
+}
+
+/// Whether the lock stopped the run's setup itself: `init` takes the lock to write a
+/// workspace's first state, so a runner killed there leaves it held with no state written,
+/// and every later `init` stops on it. The runner is up and its working directory names the
+/// backend (Terraform records it before it writes that state), so the lock can be released
+/// there as after any other command.
+fn stopped_at_setup(run: &Run<'_>) -> bool {
+    run.s.progress.records.last().is_some_and(|r| {
+        matches!(r.step, StepKind::Setup | StepKind::ApplySetup)
+            && matches!(&r.result, Err(f) if f.lock.is_some())
+    })
 }
 
 /// The step that releases `lock_id`.

@@ -33,6 +33,7 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
         },
         // A probe never fails (it finds the runner, or it cannot tell); counted as the lock.
         (_, StepKind::ForceUnlock | StepKind::ProbeRunner) => Reason::ForceUnlockFailed,
+        (_, StepKind::ReleaseRunners) => Reason::RunnerConnectionFailed,
         (_, StepKind::DetectDrift) => Reason::DriftDetectionFailed,
         (_, StepKind::Plan | StepKind::VerifyPlan) => match sub {
             SubStep::Show => Reason::TFExecShowFailed,

@@ -118,6 +118,10 @@ pub enum Step {
         /// The runner's name ([`crate::ports::RunnerPort::attach`]).
         runner: String,
     },
+    /// End the object's runners left from runs that ended elsewhere (a manager killed or
+    /// fenced mid-run), asked once for a suspended object that records no apply under way:
+    /// nothing runs for it until it is resumed, so nothing of it should stay up.
+    ReleaseRunners,
     /// A refresh-only plan to detect drift.
     DetectDrift,
     /// Plan (and show, and store the plan under its id when it has changes).
@@ -251,6 +255,7 @@ impl Step {
             Step::Setup => StepKind::Setup,
             Step::ForceUnlock { .. } => StepKind::ForceUnlock,
             Step::ProbeRunner { .. } => StepKind::ProbeRunner,
+            Step::ReleaseRunners => StepKind::ReleaseRunners,
             Step::DetectDrift => StepKind::DetectDrift,
             Step::Plan(_) => StepKind::Plan,
             Step::StartApplyRunner => StepKind::StartApplyRunner,
@@ -281,6 +286,7 @@ pub enum StepKind {
     Setup,
     ForceUnlock,
     ProbeRunner,
+    ReleaseRunners,
     DetectDrift,
     Plan,
     StartApplyRunner,
@@ -335,6 +341,8 @@ pub enum Outcome {
         /// What was found.
         why: String,
     },
+    /// The object's leftover runners were ended ([`Step::ReleaseRunners`]).
+    RunnersReleased,
     /// The runner is up.
     RunnerStarted {
         /// Binary and version, if known yet (else [`Outcome::SetUp`] has them).

@@ -28,9 +28,7 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
             format!("reconciliation is suspended ({why})"),
         );
         run.remove(ConditionType::Reconciling);
-        return Err(Stop::next(Step::Done {
-            requeue_after: None,
-        }));
+        return Err(Stop::next(release_runners(run)));
     }
     // Only the first decision of a run asks whether it is due: later ones continue it.
     let started = s
@@ -60,6 +58,27 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
         return Err(Stop::End(End::Queued(why.clone())));
     }
     Ok(())
+}
+
+/// What a suspended object does: its runners left from runs that ended elsewhere (a manager
+/// killed or fenced mid-run) are ended once ([`Step::ReleaseRunners`]), then nothing until it
+/// is resumed; after a failed release, it is asked again after the retry interval. Never while
+/// an apply is recorded as under way: its runner may still be applying, and when the object
+/// is resumed the run takes that apply up ([`super::restart`]).
+fn release_runners(run: &Run<'_>) -> Step {
+    let s = run.s;
+    let applying = s.object.status.active_run.is_some()
+        || crate::conditions::find(&s.object.status.conditions, ConditionType::Ready)
+            .is_some_and(|c| c.reason == Reason::TerraformApplying.as_str());
+    match s.progress.latest(StepKind::ReleaseRunners) {
+        None if !applying => Step::ReleaseRunners,
+        Some(r) if r.result.is_err() => Step::Done {
+            requeue_after: Some(run.retry_interval),
+        },
+        _ => Step::Done {
+            requeue_after: None,
+        },
+    }
 }
 
 /// Whether the run is due and why, asked at its start (so every decision of the run agrees);

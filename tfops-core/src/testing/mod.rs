@@ -68,6 +68,9 @@ pub struct Infra {
     pub lock: Option<(String, String)>,
     /// Whether the runner that finds the lock proves its holder gone (its own host).
     pub lock_holder_gone: bool,
+    /// The lock was taken by an `init` writing the workspace's first state: while it is held,
+    /// every `init` stops on it.
+    pub lock_at_init: bool,
 }
 
 /// Everything the fake world holds. Public so tests can look at (and arrange) anything.
@@ -115,6 +118,11 @@ pub struct WorldState {
     /// Objects whose apply runner Pod (by its name, [`crate::naming::apply_runner_pod_name`])
     /// still exists ([`FakeWorld::lock_state_of_apply_runner`]); the others' is gone.
     pub live_apply_runners: std::collections::BTreeSet<ObjectKey>,
+    /// Objects whose runner outlived the run that started it ([`FakeWorld::leave_runner`]),
+    /// until a new session replaces it or [`crate::ports::RunnerPort::release`] ends it.
+    pub leftover_runners: std::collections::BTreeSet<ObjectKey>,
+    /// The objects whose runners were released, in order.
+    pub released: Vec<ObjectKey>,
     /// A driver crash armed with [`FakeWorld::crash_after_next_apply`].
     pub crash: Crash,
     /// How many status writes succeeded.
@@ -334,6 +342,7 @@ impl FakeWorld {
         let infra = w.infra.entry(key.clone()).or_default();
         infra.lock = Some((lock_id.into(), holder.into()));
         infra.lock_holder_gone = false;
+        infra.lock_at_init = false;
     }
 
     /// Holds the object's state lock as a dead process of the object's own runner left it:
@@ -341,6 +350,14 @@ impl FakeWorld {
     pub fn lock_state_of_dead_runner(&self, key: &ObjectKey, lock_id: &str) {
         let pod = crate::naming::runner_pod_name(&key.name);
         self.lock_state_as(key, &pod, lock_id, true);
+    }
+
+    /// Holds the object's state lock as a dead process of the object's own runner left it
+    /// in `init`, writing the workspace's first state: every later `init` stops on it.
+    pub fn lock_state_at_init_of_dead_runner(&self, key: &ObjectKey, lock_id: &str) {
+        self.lock_state_of_dead_runner(key, lock_id);
+        let mut w = self.lock();
+        w.infra.entry(key.clone()).or_default().lock_at_init = true;
     }
 
     /// Holds the object's state lock as a process of the runner Pod `pod` took it; `proved`:
@@ -351,6 +368,7 @@ impl FakeWorld {
         let infra = w.infra.entry(key.clone()).or_default();
         infra.lock = Some((lock_id.into(), holder));
         infra.lock_holder_gone = proved;
+        infra.lock_at_init = false;
     }
 
     /// Holds the object's state lock as its apply runner (`spec.runner.apply`) took it, that
@@ -387,6 +405,12 @@ impl FakeWorld {
         let all: Vec<String> = (0..w.sessions).map(runner_ref).collect();
         w.gone_runners.extend(all);
         w.runs.clear();
+    }
+
+    /// The object's runner stays up after the run that started it, as when the manager that
+    /// ran it was killed or fenced mid-run.
+    pub fn leave_runner(&self, key: &ObjectKey) {
+        self.lock().leftover_runners.insert(key.clone());
     }
 
     /// How many applies ran for the object.

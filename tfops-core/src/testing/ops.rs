@@ -17,6 +17,7 @@ pub enum FakeOp {
     Show,
     Apply,
     Attach,
+    Release,
     Output,
     Inventory,
     Unlock,

@@ -115,6 +115,8 @@ impl RunnerPort for FakeWorld {
         self.check(FakeOp::Start)?;
         let session = {
             let mut w = self.lock();
+            // A runner left over from an earlier run is replaced by the new one.
+            w.leftover_runners.remove(&object.key());
             w.sessions += 1;
             w.session_roles.push(role);
             if role == RunnerRole::Apply && std::mem::take(&mut w.change_at_hand_over) {
@@ -170,6 +172,22 @@ impl RunnerPort for FakeWorld {
             }
             None => Err(PortError::NotFound(format!("runner {runner} is gone"))),
         }
+    }
+
+    async fn release(&self, object: &TerraformObject) -> Result<(), PortError> {
+        self.check(FakeOp::Release)?;
+        let key = object.key();
+        let mut w = self.lock();
+        // An apply runner whose Pod is there may be applying: never ended.
+        if w.live_apply_runners.contains(&key) {
+            return Err(PortError::Unavailable(format!(
+                "runner {} is busy",
+                crate::naming::apply_runner_pod_name(&key.name)
+            )));
+        }
+        w.released.push(key.clone());
+        w.leftover_runners.remove(&key);
+        Ok(())
     }
 }
 
@@ -285,6 +303,25 @@ impl StateAdmin for FakeWorld {
         w.deleted_states
             .push((object.clone(), workspace.to_string(), suffix.to_string()));
         Ok(())
+    }
+
+    async fn release_lock(
+        &self,
+        object: &ObjectKey,
+        _: &str,
+        _: &str,
+        lock_id: &str,
+    ) -> Result<bool, PortError> {
+        self.check(FakeOp::Unlock)?;
+        let mut w = self.lock();
+        let Some(infra) = w.infra.get_mut(object) else {
+            return Ok(false);
+        };
+        let held = infra.lock.as_ref().is_some_and(|(id, _)| id == lock_id);
+        if held {
+            infra.lock = None;
+        }
+        Ok(held)
     }
 }
 

@@ -145,7 +145,12 @@ impl RunnerSession for FakeSession {
     }
 
     async fn init(&mut self) -> Result<(), PortError> {
-        self.call(FakeOp::Init)
+        self.call(FakeOp::Init)?;
+        let at_init = {
+            let w = self.world.lock();
+            w.infra.get(&self.object).is_some_and(|i| i.lock_at_init)
+        };
+        if at_init { self.locked() } else { Ok(()) }
     }
 
     async fn select_workspace(&mut self, _: &str) -> Result<(), PortError> {

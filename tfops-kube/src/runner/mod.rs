@@ -197,6 +197,22 @@ impl KubeRunnerPort {
         }
     }
 
+    /// Whether the runner of the Ready Pod runs nothing now: `Unavailable` naming what it
+    /// runs when it does; one that cannot be dialled or asked counts as idle.
+    async fn idle_now(&self, namespace: &str, pod: &Pod) -> Result<(), PortError> {
+        let Ok(mut client) = self.dial(namespace, pod).await else {
+            return Ok(());
+        };
+        match client.info_reply().await {
+            Ok(info) if !info.running_run_id.is_empty() => Err(PortError::Unavailable(format!(
+                "runner Pod {namespace}/{} still runs {} of an earlier session; ended later",
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                info.running_run_id
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Dials the Ready Pod and opens a session on it; `attaching`: to a run an earlier
     /// session started (so the session asks the runner what it is now, not at `init`).
     async fn connect(
@@ -355,6 +371,38 @@ impl RunnerPort for KubeRunnerPort {
                 Some(RunnerRole::Apply | RunnerRole::PullRequest)
             );
         self.connect(object, &pod, delete_after, true).await
+    }
+
+    /// Deletes the object's plan and apply runner Pods that are left, but one whose runner
+    /// says it runs a command (an earlier session's, perhaps a fenced manager's): that one
+    /// fails the call and is asked again later. A runner that cannot be dialled runs nothing
+    /// it could still report (as for [`Self::wait_idle`]).
+    async fn release(&self, object: &TerraformObject) -> Result<(), PortError> {
+        let namespace = &object.metadata.namespace;
+        let pods = self.pods(namespace);
+        let mut names = vec![
+            object.runner_pod_name(RunnerRole::Plan),
+            object.runner_pod_name(RunnerRole::Apply),
+        ];
+        names.dedup();
+        for name in names {
+            let found = pods
+                .get_opt(&name)
+                .await
+                .map_err(|e| port_error(&format!("reading runner Pod {namespace}/{name}"), e))?;
+            let Some(pod) = found.filter(|p| p.metadata.deletion_timestamp.is_none()) else {
+                continue;
+            };
+            if is_ready(&pod) && death(&pod).is_none() {
+                self.idle_now(namespace, &pod).await?;
+            }
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            PodWatch::new(pods.clone(), namespace, &name, &uid)
+                .delete()
+                .await?;
+            tracing::info!(pod = %name, namespace = %namespace, "ended a runner Pod left by an earlier run");
+        }
+        Ok(())
     }
 }
 

@@ -327,6 +327,18 @@ impl StateAdmin for LocalWorld {
         }
         Ok(())
     }
+
+    /// Local mode keeps state in a file, whose lock Terraform takes and releases itself (an
+    /// advisory lock on the file, which ends with the process): no lock outlives its holder.
+    async fn release_lock(
+        &self,
+        _: &ObjectKey,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> Result<bool, PortError> {
+        Ok(false)
+    }
 }
 
 #[async_trait]

@@ -44,12 +44,49 @@ pub(super) async fn execute(
             .destroy(&d.targets, d.parallelism, io)
             .await
             .map(|()| None),
-        Command::ForceUnlock(f) => tf.force_unlock(&f.lock_id, io).await.map(|()| None),
+        Command::ForceUnlock(f) => force_unlock(tf, &f.lock_id, io, context)
+            .await
+            .map(|()| None),
     };
     match outcome {
         Ok(payload) => succeeded(payload),
         Err(e) => from_error(e, context.pod.as_deref()),
     }
+}
+
+/// Releases the state lock `lock_id`: with Terraform's `force-unlock`, and where that fails
+/// on tfops' kubernetes backend, by freeing the lock's Lease directly (as `force-unlock`
+/// does, and only while that exact lock holds it). Terraform cannot release a lock taken
+/// while writing a workspace's first state (an `init` killed there): its `force-unlock`
+/// loads that state first, which tries to take the same lock.
+async fn force_unlock(
+    tf: &Terraform,
+    lock_id: &str,
+    io: &Io,
+    context: &Context,
+) -> Result<(), TfError> {
+    let by_terraform = tf.force_unlock(lock_id, io).await;
+    let (Err(refused), Some(state), Some((stores, object))) =
+        (&by_terraform, &context.kubernetes_state, &context.stores)
+    else {
+        return by_terraform;
+    };
+    let admin = stores.state(object);
+    for workspace in &state.workspaces {
+        let released = admin
+            .release_lock(&object.key, workspace, &state.suffix, lock_id)
+            .await
+            .map_err(store_failure)?;
+        if released {
+            let lease = tfops_core::naming::state_lease_name(workspace, &state.suffix);
+            let _ = io.log.send((
+                crate::exec::Stream::Stderr,
+                format!("tfops: Terraform could not release lock {lock_id} ({refused}); released it on its Lease {lease}"),
+            ));
+            return Ok(());
+        }
+    }
+    by_terraform
 }
 
 /// Plans, and reads the saved plan back: a plan that cannot be read back is a failure, never

@@ -21,6 +21,8 @@ pub(super) struct Context {
     pub(super) stores: Option<(Arc<dyn Stores>, ObjectRef)>,
     /// [`super::RunnerConfig::pod_name`].
     pub(super) pod: Option<String>,
+    /// Where the setup's state is, when its backend is tfops' kubernetes one.
+    pub(super) kubernetes_state: Option<super::service::KubernetesState>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

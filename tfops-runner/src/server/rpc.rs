@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::context::{Shown, lock};
 use super::results::source_chain;
-use super::service::{RunnerService, running};
+use super::service::{KubernetesState, RunnerService, running};
 use crate::proto::{self, runner_server::Runner};
 use crate::stores::ObjectRef;
 use crate::terraform::Terraform;
@@ -150,8 +150,10 @@ impl Runner for RunnerService {
             key: tfops_core::api::ObjectKey::new(&r.namespace, &r.name),
             uid: r.uid.clone(),
         };
+        let kubernetes_state = kubernetes_state(r.backend.as_ref(), &r.workspace);
         let mut state = lock(&self.state);
         state.object = Some(object);
+        state.kubernetes_state = kubernetes_state;
         state.terraform = Some(tf);
         state.binary = binary;
         state.layout = Some(layout.clone());
@@ -258,6 +260,7 @@ impl Runner for RunnerService {
         let (layout, home_files) = {
             let mut state = lock(&self.state);
             state.terraform = None;
+            state.kubernetes_state = None;
             (state.layout.take(), std::mem::take(&mut state.home_files))
         };
         for file in home_files {
@@ -301,6 +304,23 @@ impl RunnerService {
             );
         }
         env
+    }
+}
+
+/// The state of a setup whose backend is tfops' kubernetes one (see [`KubernetesState`]).
+fn kubernetes_state(backend: Option<&proto::Backend>, workspace: &str) -> Option<KubernetesState> {
+    match backend.and_then(|b| b.kind.as_ref()) {
+        Some(proto::backend::Kind::Kubernetes(k)) => {
+            let mut workspaces = vec!["default".to_string()];
+            if !workspace.is_empty() && workspace != "default" {
+                workspaces.push(workspace.to_string());
+            }
+            Some(KubernetesState {
+                suffix: k.secret_suffix.clone(),
+                workspaces,
+            })
+        }
+        _ => None,
     }
 }
 

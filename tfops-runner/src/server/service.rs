@@ -38,6 +38,17 @@ pub(super) struct State {
     pub(super) binary: String,
     /// The object of the setup, owner of what the runner writes for it.
     pub(super) object: Option<ObjectRef>,
+    /// Where the setup's kubernetes backend keeps the state, when it is the one tfops wrote.
+    pub(super) kubernetes_state: Option<KubernetesState>,
+}
+
+/// The state of a setup whose backend is the kubernetes one tfops writes: its Secret suffix,
+/// and the workspaces whose lock a command of the setup may take (`init` writes the first
+/// state of `default`, where it starts; the others, that of the object's workspace).
+#[derive(Debug, Clone)]
+pub(super) struct KubernetesState {
+    pub(super) suffix: String,
+    pub(super) workspaces: Vec<String>,
 }
 
 /// The runner service.
@@ -192,14 +203,20 @@ impl RunnerService {
             cancel,
         });
         runs.insert(run_id.clone(), entry.clone());
-        let (terraform, object) = {
+        let (terraform, object, kubernetes_state) = {
             let state = lock(&self.state);
-            (state.terraform.clone(), state.object.clone())
+            let s = &*state;
+            (
+                s.terraform.clone(),
+                s.object.clone(),
+                s.kubernetes_state.clone(),
+            )
         };
         let context = Context {
             shown: self.shown.clone(),
             stores: self.stores.clone().zip(object),
             pod: self.config.pod_name.clone(),
+            kubernetes_state,
         };
         let max_lines = self.config.max_log_lines;
         let task_entry = entry.clone();

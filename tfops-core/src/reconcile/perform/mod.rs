@@ -67,6 +67,13 @@ impl Driver {
                 .map(|()| Outcome::Unlocked)
                 .map_err(fail(kind, SubStep::Unlock)),
             Step::ProbeRunner { runner } => Ok(self.probe_runner(object, &runner).await),
+            Step::ReleaseRunners => self
+                .ports
+                .runner
+                .release(object)
+                .await
+                .map(|()| Outcome::RunnersReleased)
+                .map_err(fail(kind, SubStep::Cleanup)),
             Step::DetectDrift => self.detect_drift(object, state).await,
             Step::Plan(plan) | Step::VerifyPlan(plan) => self.plan(object, kind, plan, state).await,
             Step::Apply { run_id } => session(state, kind, SubStep::Apply)?
