@@ -2,7 +2,8 @@
 //! real runner and Terraform: a whole run in a hardened runner Pod (docs/security.md), plans and outputs
 //! written by the runner as its ServiceAccount, the Pod gone afterwards; a kept Pod reused
 //! and replaced once the certificate changes; a new session waiting for a command an earlier
-//! one left running; and every way a Pod fails ending in its reason
+//! one left running; a Pod left behind ended, but never a busy one; and every way a Pod fails
+//! ending in its reason
 //! within a bounded time: never Ready, an image that cannot run, no ServiceAccount, a quota,
 //! OOM-killed mid-apply.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -399,4 +400,54 @@ async fn a_new_session_waits_for_the_command_an_earlier_one_left_running() {
         "the new session started only after the earlier apply ended"
     );
     second.cleanup().await.unwrap();
+}
+
+/// A suspended object's runner Pods left by runs that ended elsewhere are ended
+/// ([`RunnerPort::release`]), but never one whose runner still runs a command: that one is
+/// asked again later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_ends_a_runner_pod_left_behind_but_never_a_busy_one() {
+    let w = world().await;
+    let port = port(&w, Duration::from_secs(60));
+    let object = object(&w, "left", json!({"runner": {"alwaysCleanup": false}})).await;
+    let slow = format!(
+        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep 6\"\n  }}\n}}\n"
+    );
+    let mut first = port.start(&object, RunnerRole::Plan).await.unwrap();
+    first.setup(&setup(&object, &slow)).await.unwrap();
+    first.init().await.unwrap();
+    first.select_workspace("default").await.unwrap();
+    assert!(first.plan(&normal()).await.unwrap().has_changes);
+    // The apply goes on in the runner while its session is dropped, as a killed manager's.
+    let apply = tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(1), first.apply("apply-1")).await;
+    });
+    apply.await.unwrap();
+    let busy = port.release(&object).await;
+    assert!(
+        matches!(&busy, Err(PortError::Unavailable(m)) if m.contains("still runs")),
+        "{busy:?}"
+    );
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), "team-a");
+    let live = || async {
+        pods.get_opt("left-tf-runner")
+            .await
+            .unwrap()
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+    };
+    assert!(live().await, "a busy runner is kept");
+    // Once its apply has ended, the Pod is ended; then there is nothing left to end.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match port.release(&object).await {
+            Ok(()) => break,
+            Err(PortError::Unavailable(m)) => {
+                assert!(std::time::Instant::now() < deadline, "still busy: {m}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(!live().await, "the left runner Pod was ended");
+    port.release(&object).await.unwrap();
 }
