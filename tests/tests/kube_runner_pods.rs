@@ -354,6 +354,23 @@ async fn a_runner_oom_killed_mid_apply_is_reported_at_once_with_its_reason() {
     gone(&pods, "slow-tf-runner").await;
 }
 
+/// Plans and starts an apply that takes `seconds` in the object's kept runner Pod, then drops
+/// the session a second in, as a manager that stopped mid-run does: the apply goes on there.
+async fn leave_an_apply_running(port: &KubeRunnerPort, object: &TerraformObject, seconds: u32) {
+    let slow = format!(
+        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep {seconds}\"\n  }}\n}}\n"
+    );
+    let mut first = port.start(object, RunnerRole::Plan).await.unwrap();
+    first.setup(&setup(object, &slow)).await.unwrap();
+    first.init().await.unwrap();
+    first.select_workspace("default").await.unwrap();
+    assert!(first.plan(&normal()).await.unwrap().has_changes);
+    let apply = tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(1), first.apply("apply-1")).await;
+    });
+    apply.await.unwrap();
+}
+
 /// A new session on a kept Pod that still runs a command of an earlier one (a manager that
 /// stopped, or lost the object to another shard, mid-run) waits for that command to end,
 /// never running beside it.
@@ -362,19 +379,7 @@ async fn a_new_session_waits_for_the_command_an_earlier_one_left_running() {
     let w = world().await;
     let port = port(&w, Duration::from_secs(60));
     let object = object(&w, "busy", json!({"runner": {"alwaysCleanup": false}})).await;
-    let slow = format!(
-        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep 4\"\n  }}\n}}\n"
-    );
-    let mut first = port.start(&object, RunnerRole::Plan).await.unwrap();
-    first.setup(&setup(&object, &slow)).await.unwrap();
-    first.init().await.unwrap();
-    first.select_workspace("default").await.unwrap();
-    assert!(first.plan(&normal()).await.unwrap().has_changes);
-    // The apply goes on in the runner while its session is dropped mid-way.
-    let apply = tokio::spawn(async move {
-        let _ = tokio::time::timeout(Duration::from_secs(1), first.apply("apply-1")).await;
-    });
-    apply.await.unwrap();
+    leave_an_apply_running(&port, &object, 4).await;
     let secrets: Api<Secret> = Api::namespaced(w.client.clone(), "team-a");
     let state_has_slow = || async {
         secrets
@@ -410,19 +415,7 @@ async fn release_ends_a_runner_pod_left_behind_but_never_a_busy_one() {
     let w = world().await;
     let port = port(&w, Duration::from_secs(60));
     let object = object(&w, "left", json!({"runner": {"alwaysCleanup": false}})).await;
-    let slow = format!(
-        "{CONFIG}\nresource \"terraform_data\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep 6\"\n  }}\n}}\n"
-    );
-    let mut first = port.start(&object, RunnerRole::Plan).await.unwrap();
-    first.setup(&setup(&object, &slow)).await.unwrap();
-    first.init().await.unwrap();
-    first.select_workspace("default").await.unwrap();
-    assert!(first.plan(&normal()).await.unwrap().has_changes);
-    // The apply goes on in the runner while its session is dropped, as a killed manager's.
-    let apply = tokio::spawn(async move {
-        let _ = tokio::time::timeout(Duration::from_secs(1), first.apply("apply-1")).await;
-    });
-    apply.await.unwrap();
+    leave_an_apply_running(&port, &object, 6).await;
     let busy = port.release(&object).await;
     assert!(
         matches!(&busy, Err(PortError::Unavailable(m)) if m.contains("still runs")),
