@@ -239,13 +239,14 @@ async fn a_runner_container_oom_killed_mid_apply_converges_with_no_human() {
 }
 
 /// [`slow`]`(0)` and a resource whose apply says it runs (`/tmp/waiting`), waits for the file
-/// `/tmp/grow`, then grows without bound ([`GROW`](support::operator::GROW)). It waits
-/// spinning in the shell, starting no process: after the limit is cut, any new process would
-/// be refused memory in the kernel (a failed fork, not an OOM kill). A retry in a new Pod,
-/// which nobody tells to grow, gives up after two minutes and succeeds.
+/// `/tmp/grow`, then grows ([`GROW`](support::operator::GROW)). It waits with bash's own
+/// `read -t` on a FIFO nobody writes (opened before it says it runs), starting no process:
+/// after the limit is cut, a new process would be refused memory in the kernel (a failed
+/// fork, not an OOM kill). A retry in a new Pod, which nobody tells to grow, gives up after
+/// two minutes and succeeds.
 fn grows_once_cut() -> String {
     let script = format!(
-        ": > /tmp/waiting; until [ -e /tmp/grow ] || [ $SECONDS -ge 120 ]; do :; done; [ -e /tmp/grow ] || exit 0; {}",
+        "mkfifo /tmp/never; exec 3<>/tmp/never; : > /tmp/waiting; n=0; until [ -e /tmp/grow ] || [ $n -ge 1200 ]; do read -t 0.1 -u 3 line; n=$((n+1)); done; [ -e /tmp/grow ] || exit 0; {}",
         support::operator::GROW
     );
     format!(
@@ -257,8 +258,10 @@ fn grows_once_cut() -> String {
 /// [`slow`]`(0)`'s configuration, whose apply waits until the file `/tmp/checked` exists in
 /// its container (two minutes at most), so that a test looks inside it while it applies.
 fn until_told() -> String {
+    let sleeps = "command = \"sleep 0\"";
+    assert!(slow(0).contains(sleeps));
     slow(0).replace(
-        "command = \"sleep 0\"",
+        sleeps,
         "command = \"n=0; while [ ! -e /tmp/checked ] && [ $n -lt 1200 ]; do sleep 0.1; n=$((n+1)); done\"",
     )
 }

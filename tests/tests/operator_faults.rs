@@ -222,7 +222,7 @@ async fn a_lock_left_by_a_runner_killed_in_init_does_not_stop_the_object() {
         "Created": "2026-12-05T10:00:00Z", "Info": ""});
     let leases: Api<Lease> = Api::namespaced(op.admin.clone(), "team-a");
     let lease = format!("lock-tfstate-default-{name}");
-    leases
+    let made = leases
         .create(
             &PostParams::default(),
             &support::from_json(json!({
@@ -247,8 +247,10 @@ async fn a_lock_left_by_a_runner_killed_in_init_does_not_stop_the_object() {
         message.contains(lock_id) && message.contains("which is gone"),
         "{message}"
     );
-    // Freed as the backend frees a lock (the Lease kept, no holder), and the state written.
+    // Freed where it was, as the backend frees a lock (the same Lease, no holder: Terraform
+    // would have deleted and made it anew only after it was freed), and the state written.
     let left = leases.get(&lease).await.unwrap();
+    assert_eq!(left.metadata.uid, made.metadata.uid);
     assert!(left.spec.and_then(|s| s.holder_identity).is_none());
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(op.admin.clone(), "team-a");

@@ -97,12 +97,15 @@ impl RunEntry {
     }
 }
 
-/// The steps that make a reconcile a run worth recording (adding the finalizer alone, or a
-/// pass that found nothing due, is not).
+/// The steps that make a reconcile a run worth recording (adding the finalizer alone, a pass
+/// that found nothing due, or a suspended object's release of its runners is not).
 fn is_run(kind: StepKind) -> bool {
     !matches!(
         kind,
-        StepKind::AddFinalizer | StepKind::RemoveFinalizer | StepKind::Done
+        StepKind::AddFinalizer
+            | StepKind::RemoveFinalizer
+            | StepKind::ReleaseRunners
+            | StepKind::Done
     )
 }
 

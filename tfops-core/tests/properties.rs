@@ -461,11 +461,9 @@ impl Model {
                         holder.ends_with(&tfops_core::naming::runner_host(&key.namespace, &pod))
                     })
         };
-        // An apply recorded as under way (its runner may still be applying), by the model's
-        // reading of the status: the reconcile's start must never end that object's runners.
-        let apply_recorded = before.status.active_run.is_some()
-            || conditions::find(&before.status.conditions, ConditionType::Ready)
-                .is_some_and(|c| c.reason == Reason::TerraformApplying.as_str());
+        // An apply recorded as under way (its runner may still be applying): the reconcile
+        // must never end that object's runners.
+        let apply_recorded = before.status.active_run.is_some();
         let released_before = w.lock().released.iter().filter(|k| *k == key).count();
         let lock_id_before = w
             .lock()

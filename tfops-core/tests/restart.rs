@@ -229,6 +229,34 @@ async fn a_lock_a_dead_runner_left_in_init_is_released_and_the_object_converges(
     assert!(w.object(&key).unwrap().status.lock.pending.is_empty());
 }
 
+/// A lock someone else holds at `init` is released when a user asks for it (the annotation
+/// naming it), as after any other command, though setup never succeeds while it holds; and
+/// with `forceUnlock: auto`, at once.
+#[tokio::test]
+async fn a_lock_at_init_is_released_as_asked() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    w.lock_state(&key, "lock-a", "someone@laptop");
+    w.lock().infra.get_mut(&key).unwrap().lock_at_init = true;
+    reconcile(&w, &key).await;
+    assert_eq!(ready(&w, &key).1, "LockHeld");
+    w.annotate(&key, tfops_core::api::annotations::FORCE_UNLOCK, "lock-a");
+    w.advance(std::time::Duration::from_secs(16));
+    reconcile(&w, &key).await;
+    assert_eq!(w.calls_of(&key, FakeOp::Unlock), 1);
+    assert_eq!(ready(&w, &key).1, "TerraformAppliedSucceed");
+
+    let auto = w.create(object(
+        "db",
+        json!({"approvePlan": "auto", "tfstate": {"forceUnlock": "auto"}}),
+    ));
+    w.lock_state(&auto, "lock-b", "someone@laptop");
+    w.lock().infra.get_mut(&auto).unwrap().lock_at_init = true;
+    reconcile(&w, &auto).await;
+    assert_eq!(w.calls_of(&auto, FakeOp::Unlock), 1);
+    assert_eq!(ready(&w, &auto).1, "TerraformAppliedSucceed");
+}
+
 /// A lock someone else holds at `init` is not this object's runner's: with `forceUnlock: no`
 /// it stays, and the object says who holds it.
 #[tokio::test]

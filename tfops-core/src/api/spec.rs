@@ -24,9 +24,10 @@ pub struct TerraformSpec {
     pub retry_interval: String,
     /// Stop reconciling: no runs start until this is false again. Default false. The annotation
     /// `infra.argocd.io/suspend: "<reason>"` does the same without editing the spec (what the
-    /// Argo CD suspend action and `tfops suspend` set); removing it resumes. Runner Pods a run
-    /// left up (its manager stopped mid-run) are ended meanwhile, but never while an apply is
-    /// recorded as under way: that one is taken up on resuming.
+    /// Argo CD suspend action and `tfops suspend` set); removing it resumes. Its plan and apply
+    /// runner Pods still up (kept, or left by a manager stopped mid-run) are ended meanwhile,
+    /// but never one that runs a command, nor while an apply is recorded as under way: that
+    /// one is taken up on resuming.
     #[serde(default)]
     pub suspend: bool,
     /// Where the Terraform configuration comes from.

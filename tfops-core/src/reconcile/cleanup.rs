@@ -160,6 +160,11 @@ fn auto_unlock(run: &mut Run<'_>, failure: &StepFailure) -> Option<Decision> {
     if !can {
         return None;
     }
+    // At setup, the release a user asked for is made here: setup, where it is made otherwise
+    // (`setup::setup`), never succeeds while the lock stops its `init`.
+    if stopped_at_setup(run) && super::setup::unlock_requested(run).as_deref() == Some(lock_id) {
+        return Some(force_unlock(run, lock_id));
+    }
     if !crate::naming::held_by_own_runner(&meta.namespace, &meta.name, holder) {
         let auto = run.s.object.spec.tfstate.force_unlock == ForceUnlock::Auto;
         return auto.then(|| force_unlock(run, lock_id));
@@ -198,10 +203,14 @@ fn auto_unlock(run: &mut Run<'_>, failure: &StepFailure) -> Option<Decision> {
 /// backend (Terraform records it before it writes that state), so the lock can be released
 /// there as after any other command.
 fn stopped_at_setup(run: &Run<'_>) -> bool {
-    run.s.progress.records.last().is_some_and(|r| {
-        matches!(r.step, StepKind::Setup | StepKind::ApplySetup)
-            && matches!(&r.result, Err(f) if f.lock.is_some())
-    })
+    // (The look for an apply runner that may hold it comes after the failure it answers.)
+    let mut records = run.s.progress.records.iter().rev();
+    records
+        .find(|r| r.step != StepKind::ProbeRunner)
+        .is_some_and(|r| {
+            matches!(r.step, StepKind::Setup | StepKind::ApplySetup)
+                && matches!(&r.result, Err(f) if f.lock.is_some())
+        })
 }
 
 /// The step that releases `lock_id`.

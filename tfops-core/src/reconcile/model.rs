@@ -118,9 +118,9 @@ pub enum Step {
         /// The runner's name ([`crate::ports::RunnerPort::attach`]).
         runner: String,
     },
-    /// End the object's runners left from runs that ended elsewhere (a manager killed or
-    /// fenced mid-run), asked once for a suspended object that records no apply under way:
-    /// nothing runs for it until it is resumed, so nothing of it should stay up.
+    /// End the object's runner Pods still up (left by a run whose manager was killed or
+    /// fenced mid-run, or kept), asked at each reconcile of a suspended object that records
+    /// no apply under way: nothing runs for it until it is resumed, so nothing of it stays up.
     ReleaseRunners,
     /// A refresh-only plan to detect drift.
     DetectDrift,

@@ -39,7 +39,7 @@ pub(super) fn setup<'a>(run: &mut Run<'a>) -> Result<&'a str, Stop> {
 }
 
 /// The lock id a user asked to release, if it is the lock that stopped the last run.
-fn unlock_requested(run: &Run<'_>) -> Option<String> {
+pub(super) fn unlock_requested(run: &Run<'_>) -> Option<String> {
     let pending = &run.start().lock.pending;
     if pending.is_empty() {
         return None;

@@ -60,16 +60,16 @@ pub(super) fn trigger(run: &mut Run<'_>, valid: &ValidSpec) -> Result<(), Stop> 
     Ok(())
 }
 
-/// What a suspended object does: its runners left from runs that ended elsewhere (a manager
-/// killed or fenced mid-run) are ended once ([`Step::ReleaseRunners`]), then nothing until it
-/// is resumed; after a failed release, it is asked again after the retry interval. Never while
-/// an apply is recorded as under way: its runner may still be applying, and when the object
-/// is resumed the run takes that apply up ([`super::restart`]).
+/// What a suspended object does: its runner Pods still up (left by a run whose manager was
+/// killed or fenced mid-run, or kept by `alwaysCleanup: false`) are ended
+/// ([`Step::ReleaseRunners`], at each reconcile of it, which the port makes cheap when none
+/// is left), then nothing until it is resumed; after a failed release, it is asked again
+/// after the retry interval. Never while an apply is recorded as under way
+/// (`status.activeRun`, written before any apply starts): its runner may still be applying,
+/// and when the object is resumed the run takes that apply up ([`super::restart`]).
 fn release_runners(run: &Run<'_>) -> Step {
     let s = run.s;
-    let applying = s.object.status.active_run.is_some()
-        || crate::conditions::find(&s.object.status.conditions, ConditionType::Ready)
-            .is_some_and(|c| c.reason == Reason::TerraformApplying.as_str());
+    let applying = s.object.status.active_run.is_some();
     match s.progress.latest(StepKind::ReleaseRunners) {
         None if !applying => Step::ReleaseRunners,
         Some(r) if r.result.is_err() => Step::Done {

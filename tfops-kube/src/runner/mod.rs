@@ -197,20 +197,33 @@ impl KubeRunnerPort {
         }
     }
 
-    /// Whether the runner of the Ready Pod runs nothing now: `Unavailable` naming what it
-    /// runs when it does; one that cannot be dialled or asked counts as idle.
+    /// Whether the runner of the running Pod runs nothing now; `Unavailable` when it runs a
+    /// command, or cannot be asked (not Ready, not answering: it may be busy all the same).
     async fn idle_now(&self, namespace: &str, pod: &Pod) -> Result<(), PortError> {
-        let Ok(mut client) = self.dial(namespace, pod).await else {
-            return Ok(());
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let unknown = |why: String| {
+            PortError::Unavailable(format!(
+                "runner Pod {namespace}/{name} may still run a command ({why}); ended later"
+            ))
         };
-        match client.info_reply().await {
-            Ok(info) if !info.running_run_id.is_empty() => Err(PortError::Unavailable(format!(
-                "runner Pod {namespace}/{} still runs {} of an earlier session; ended later",
-                pod.metadata.name.as_deref().unwrap_or_default(),
-                info.running_run_id
-            ))),
-            _ => Ok(()),
+        if !is_ready(pod) {
+            return Err(unknown(format!("not Ready: {}", summary(pod))));
         }
+        let mut client = self
+            .dial(namespace, pod)
+            .await
+            .map_err(|e| unknown(e.to_string()))?;
+        let info = client
+            .info_reply()
+            .await
+            .map_err(|e| unknown(e.to_string()))?;
+        if info.running_run_id.is_empty() {
+            return Ok(());
+        }
+        Err(PortError::Unavailable(format!(
+            "runner Pod {namespace}/{name} still runs {} of an earlier session; ended later",
+            info.running_run_id
+        )))
     }
 
     /// Dials the Ready Pod and opens a session on it; `attaching`: to a run an earlier
@@ -373,18 +386,19 @@ impl RunnerPort for KubeRunnerPort {
         self.connect(object, &pod, delete_after, true).await
     }
 
-    /// Deletes the object's plan and apply runner Pods that are left, but one whose runner
-    /// says it runs a command (an earlier session's, perhaps a fenced manager's): that one
-    /// fails the call and is asked again later. A runner that cannot be dialled runs nothing
-    /// it could still report (as for [`Self::wait_idle`]).
+    /// Deletes the object's plan and apply runner Pods that are left (by their names, whatever
+    /// `spec.runner.apply` says now), but only one whose container has ended, has not started,
+    /// or whose runner says it runs nothing: one that runs a command (an earlier session's,
+    /// perhaps a fenced manager's) or cannot be asked fails the call, and is asked again
+    /// later. A pull request's runner Pod is the pull request planner's, not this.
     async fn release(&self, object: &TerraformObject) -> Result<(), PortError> {
         let namespace = &object.metadata.namespace;
         let pods = self.pods(namespace);
-        let mut names = vec![
-            object.runner_pod_name(RunnerRole::Plan),
-            object.runner_pod_name(RunnerRole::Apply),
+        let name = &object.metadata.name;
+        let names = [
+            naming::runner_pod_name(name),
+            naming::apply_runner_pod_name(name),
         ];
-        names.dedup();
         for name in names {
             let found = pods
                 .get_opt(&name)
@@ -393,7 +407,8 @@ impl RunnerPort for KubeRunnerPort {
             let Some(pod) = found.filter(|p| p.metadata.deletion_timestamp.is_none()) else {
                 continue;
             };
-            if is_ready(&pod) && death(&pod).is_none() {
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            if death(&pod).is_none() && phase != Some("Pending") {
                 self.idle_now(namespace, &pod).await?;
             }
             let uid = pod.metadata.uid.clone().unwrap_or_default();

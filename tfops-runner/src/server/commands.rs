@@ -71,22 +71,33 @@ async fn force_unlock(
     else {
         return by_terraform;
     };
+    if matches!(refused, TfError::Cancelled) {
+        return by_terraform;
+    }
     let admin = stores.state(object);
+    let at = tfops_core::api::ObjectKey::new(&state.namespace, &object.key.name);
+    let mut failed = None;
     for workspace in &state.workspaces {
-        let released = admin
-            .release_lock(&object.key, workspace, &state.suffix, lock_id)
+        match admin
+            .release_lock(&at, workspace, &state.suffix, lock_id)
             .await
-            .map_err(store_failure)?;
-        if released {
-            let lease = tfops_core::naming::state_lease_name(workspace, &state.suffix);
-            let _ = io.log.send((
-                crate::exec::Stream::Stderr,
-                format!("tfops: Terraform could not release lock {lock_id} ({refused}); released it on its Lease {lease}"),
-            ));
-            return Ok(());
+        {
+            Ok(true) => {
+                let lease = tfops_core::naming::state_lease_name(workspace, &state.suffix);
+                let _ = io.log.send((
+                    crate::exec::Stream::Stderr,
+                    format!("tfops: Terraform could not release lock {lock_id} ({refused}); released it on its Lease {lease}"),
+                ));
+                return Ok(());
+            }
+            Ok(false) => {}
+            Err(e) => failed = Some(e),
         }
     }
-    by_terraform
+    match failed {
+        Some(e) => Err(store_failure(e)),
+        None => by_terraform,
+    }
 }
 
 /// Plans, and reads the saved plan back: a plan that cannot be read back is a failure, never

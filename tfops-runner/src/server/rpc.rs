@@ -316,6 +316,7 @@ fn kubernetes_state(backend: Option<&proto::Backend>, workspace: &str) -> Option
                 workspaces.push(workspace.to_string());
             }
             Some(KubernetesState {
+                namespace: k.namespace.clone(),
                 suffix: k.secret_suffix.clone(),
                 workspaces,
             })

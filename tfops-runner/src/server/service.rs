@@ -47,6 +47,8 @@ pub(super) struct State {
 /// state of `default`, where it starts; the others, that of the object's workspace).
 #[derive(Debug, Clone)]
 pub(super) struct KubernetesState {
+    /// The namespace the backend keeps the state in.
+    pub(super) namespace: String,
     pub(super) suffix: String,
     pub(super) workspaces: Vec<String>,
 }

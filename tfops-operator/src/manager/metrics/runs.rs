@@ -12,11 +12,15 @@ const WAITING: &[Reason] = &[
 ];
 
 /// A reconcile is a run when it performed a step beyond the finalizer (as the run history
-/// counts runs: a pass that found nothing due is none).
+/// counts runs: a pass that found nothing due, or a suspended object's release of its
+/// runners, is none).
 fn is_run(kind: StepKind) -> bool {
     !matches!(
         kind,
-        StepKind::AddFinalizer | StepKind::RemoveFinalizer | StepKind::Done
+        StepKind::AddFinalizer
+            | StepKind::RemoveFinalizer
+            | StepKind::ReleaseRunners
+            | StepKind::Done
     )
 }
 
