@@ -22,7 +22,18 @@ pub(super) struct Context {
     /// [`super::RunnerConfig::pod_name`].
     pub(super) pod: Option<String>,
     /// Where the setup's state is, when its backend is tfops' kubernetes one.
-    pub(super) kubernetes_state: Option<super::service::KubernetesState>,
+    pub(super) kubernetes_state: Option<KubernetesState>,
+}
+
+/// The state of a setup whose backend is the kubernetes one tfops writes: its Secret suffix,
+/// and the workspaces whose lock a command of the setup may take (`init` writes the first
+/// state of `default`, where it starts; the others, that of the object's workspace).
+#[derive(Debug, Clone)]
+pub(super) struct KubernetesState {
+    /// The namespace the backend keeps the state in.
+    pub(super) namespace: String,
+    pub(super) suffix: String,
+    pub(super) workspaces: Vec<String>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

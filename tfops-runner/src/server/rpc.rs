@@ -9,9 +9,9 @@ use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::context::{Shown, lock};
+use super::context::{KubernetesState, Shown, lock};
 use super::results::source_chain;
-use super::service::{KubernetesState, RunnerService, running};
+use super::service::{RunnerService, running};
 use crate::proto::{self, runner_server::Runner};
 use crate::stores::ObjectRef;
 use crate::terraform::Terraform;

@@ -10,7 +10,7 @@ use tonic::Status;
 
 use super::commands::execute;
 use super::config::{RunnerConfig, find_binary_in};
-use super::context::{Context, Shown, lock};
+use super::context::{Context, KubernetesState, Shown, lock};
 use super::results::{command_name, failed};
 use crate::exec::Stream as LineStream;
 use crate::proto::{self, run_request::Command};
@@ -42,17 +42,6 @@ pub(super) struct State {
     pub(super) kubernetes_state: Option<KubernetesState>,
 }
 
-/// The state of a setup whose backend is the kubernetes one tfops writes: its Secret suffix,
-/// and the workspaces whose lock a command of the setup may take (`init` writes the first
-/// state of `default`, where it starts; the others, that of the object's workspace).
-#[derive(Debug, Clone)]
-pub(super) struct KubernetesState {
-    /// The namespace the backend keeps the state in.
-    pub(super) namespace: String,
-    pub(super) suffix: String,
-    pub(super) workspaces: Vec<String>,
-}
-
 /// The runner service.
 #[derive(Clone)]
 pub struct RunnerService {
@@ -78,6 +67,18 @@ impl RunnerService {
             stores: None,
             version: Arc::new(tokio::sync::OnceCell::new()),
         }
+    }
+
+    /// The setup's Terraform, and what a command runs with besides it.
+    fn context(&self) -> (Option<Terraform>, Context) {
+        let state = lock(&self.state);
+        let context = Context {
+            shown: self.shown.clone(),
+            stores: self.stores.clone().zip(state.object.clone()),
+            pod: self.config.pod_name.clone(),
+            kubernetes_state: state.kubernetes_state.clone(),
+        };
+        (state.terraform.clone(), context)
     }
 
     /// The same service writing plans and outputs with `stores` (a runner Pod's, on the
@@ -205,21 +206,7 @@ impl RunnerService {
             cancel,
         });
         runs.insert(run_id.clone(), entry.clone());
-        let (terraform, object, kubernetes_state) = {
-            let state = lock(&self.state);
-            let s = &*state;
-            (
-                s.terraform.clone(),
-                s.object.clone(),
-                s.kubernetes_state.clone(),
-            )
-        };
-        let context = Context {
-            shown: self.shown.clone(),
-            stores: self.stores.clone().zip(object),
-            pod: self.config.pod_name.clone(),
-            kubernetes_state,
-        };
+        let (terraform, context) = self.context();
         let max_lines = self.config.max_log_lines;
         let task_entry = entry.clone();
         let (logged_id, name) = (run_id, command_name(&command));

@@ -67,13 +67,7 @@ impl Driver {
                 .map(|()| Outcome::Unlocked)
                 .map_err(fail(kind, SubStep::Unlock)),
             Step::ProbeRunner { runner } => Ok(self.probe_runner(object, &runner).await),
-            Step::ReleaseRunners => self
-                .ports
-                .runner
-                .release(object)
-                .await
-                .map(|()| Outcome::RunnersReleased)
-                .map_err(fail(kind, SubStep::Cleanup)),
+            Step::ReleaseRunners => self.release_runners(object).await,
             Step::DetectDrift => self.detect_drift(object, state).await,
             Step::Plan(plan) | Step::VerifyPlan(plan) => self.plan(object, kind, plan, state).await,
             Step::Apply { run_id } => session(state, kind, SubStep::Apply)?
@@ -280,6 +274,16 @@ impl Driver {
                 why: e.to_string(),
             },
         }
+    }
+
+    /// Ends the object's runners still up ([`Step::ReleaseRunners`]).
+    async fn release_runners(&self, object: &TerraformObject) -> StepResult {
+        self.ports
+            .runner
+            .release(object)
+            .await
+            .map(|()| Outcome::RunnersReleased)
+            .map_err(fail(StepKind::ReleaseRunners, SubStep::Cleanup))
     }
 
     /// Setup: inputs, upload, files, `init`, workspace.
