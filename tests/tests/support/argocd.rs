@@ -375,22 +375,15 @@ fn install_configuration(op: &Operator, dir: &Path) {
         assert!(ok, "{crd}: {out}{err}");
     }
     // Every one applied is waited for: Argo CD's controllers watch all three.
-    for crd in [
-        "applications.argoproj.io",
-        "appprojects.argoproj.io",
-        "applicationsets.argoproj.io",
-    ] {
-        let (ok, out, err) = super::kubectl(
-            &op.kubeconfig,
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                &format!("crd/{crd}"),
-            ],
-        );
-        assert!(ok, "{crd}: {out}{err}");
-    }
+    super::crds_established(
+        &op.kubeconfig,
+        &[
+            "applications.argoproj.io",
+            "appprojects.argoproj.io",
+            "applicationsets.argoproj.io",
+        ],
+        60,
+    );
     op.apply("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: argocd\n");
     // The overlay a user writes: Argo CD's argocd-cm (here only the accounts) and argocd-server
     // Deployment, and tfops' component; what it renders for argocd-cm is applied.

@@ -226,20 +226,41 @@ pub fn kustomize_path(from: &Path, target: &Path) -> String {
     )
 }
 
-/// Waits (with `kubectl wait`, at most 30 s) until both CRDs of tfops installed with kubectl
-/// or helm (`Terraform`, `TerraformPolicy`) are Established.
+/// Waits (at most 30 s) until both CRDs of tfops installed with kubectl or helm
+/// (`Terraform`, `TerraformPolicy`) are Established.
 pub fn tfops_crds_established(kubeconfig: &Path) {
-    let (ok, out, err) = kubectl(
+    crds_established(
         kubeconfig,
         &[
-            "wait",
-            "--for=condition=Established",
-            "crd/terraforms.infra.argocd.io",
-            "crd/terraformpolicies.infra.argocd.io",
-            "--timeout=30s",
+            "terraforms.infra.argocd.io",
+            "terraformpolicies.infra.argocd.io",
         ],
+        30,
     );
-    assert!(ok, "the CRDs of tfops never became Established: {out}{err}");
+}
+
+/// Waits (at most `seconds` each) until the CRDs `names` are Established, read with kubectl.
+/// Polled, not `kubectl wait`: right after it is made, a CRD's `status.conditions` may read
+/// as null, which `kubectl wait` takes for an error (seen with Argo CD's ApplicationSet CRD).
+pub fn crds_established(kubeconfig: &Path, names: &[&str], seconds: u64) {
+    let established = "jsonpath={.status.conditions[?(@.type==\"Established\")].status}";
+    for crd in names {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+        loop {
+            let (_, out, err) = kubectl(
+                kubeconfig,
+                &["get", &format!("crd/{crd}"), "-o", established],
+            );
+            if out.trim() == "True" {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{crd} never became Established: {out}{err}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
 }
 
 /// The runner binary the node agent runs for the runner image: this crate's
