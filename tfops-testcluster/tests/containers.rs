@@ -179,7 +179,10 @@ async fn a_container_over_its_memory_limit_is_oom_killed_and_a_missing_image_fai
     let pp = PostParams::default();
     // The string grows in bash's own memory, so its page faults meet the limit (a pipe from
     // `head` would take pipe pages in the kernel, which cgroup v1 may refuse with ENOMEM).
-    let hog = r#"echo growing; x=x; for i in $(seq 29); do x=$x$x; done; echo survived"#;
+    let hog = format!(
+        "echo growing; {}; echo survived",
+        tfops_testcluster::node::MEMORY_HOG
+    );
     pods.create(
         &pp,
         &from_json(json!({

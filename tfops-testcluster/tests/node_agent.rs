@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
 use kube::api::{Api, LogParams, PostParams};
 use serde_json::json;
-use tfops_testcluster::node::NodeConfig;
+use tfops_testcluster::node::{MEMORY_HOG as GROW, NodeConfig};
 use tfops_testcluster::{Options, TestCluster};
 
 fn from_json<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
@@ -67,10 +67,6 @@ async fn wait_pod(pods: &Api<Pod>, name: &str, done: impl Fn(&Pod) -> bool) -> P
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
-
-/// Grows to 2 GiB, touching every page it takes itself (a string doubled in the shell): far
-/// past any limit here, and bounded should a limit not be enforced.
-const GROW: &str = "i=0; x=x; while [ $i -lt 31 ]; do x=$x$x; i=$((i+1)); done";
 
 fn phase(p: &Pod) -> &str {
     p.status

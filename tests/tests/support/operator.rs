@@ -383,14 +383,8 @@ pub fn slow(seconds: u32) -> String {
     )
 }
 
-/// A shell loop that grows to 2 GiB (far past any limit of the tests, and bounded should a
-/// limit not be enforced), touching every page it takes itself (a string doubled in the
-/// shell's own memory). At a memory limit the page fault that meets it is the
-/// process's own, so the cgroup's OOM killer is what stops it on cgroup v1 and v2 alike. A hog
-/// whose memory the kernel fills in a system call (`tail /dev/zero`, whose `read()` writes its
-/// buffer) meets the limit in kernel mode instead, and on cgroup v1 with the OOM killer off
-/// that `read()` fails with `EFAULT`: an apply that fails, not one that is OOM-killed.
-pub const GROW: &str = "i=0; x=x; while [ $i -lt 31 ]; do x=$x$x; i=$((i+1)); done";
+/// The tests' memory hog ([`tfops_testcluster::node::MEMORY_HOG`]).
+pub const GROW: &str = tfops_testcluster::node::MEMORY_HOG;
 
 /// [`CONFIG`] with a resource whose apply grows ([`GROW`]): in a runner Pod with a memory
 /// limit, the kernel's OOM killer ends it, and the container with it. With a `gate` (a file of

@@ -43,6 +43,14 @@ use serde_json::{Value, json};
 
 pub use container::image_name;
 
+/// A shell command that grows to 2 GiB (far past any limit of the tests, and bounded should a
+/// limit not be enforced), touching every page it takes itself (a string doubled in the
+/// shell's own memory). At a memory limit the page fault that meets it is the process's own,
+/// so the OOM kill takes it on cgroup v1 and v2 alike (on v1 the agent turns the group's killer
+/// off and kills the group itself; memory the kernel takes in a system call is refused there
+/// instead: a `tail /dev/zero`, whose `read()` fills its buffer, fails with EFAULT).
+pub const MEMORY_HOG: &str = "i=0; x=x; while [ $i -lt 31 ]; do x=$x$x; i=$((i+1)); done";
+
 /// The host's address as a real container reaches it (podman's default network's gateway);
 /// `None` without podman.
 pub fn container_gateway() -> Option<std::net::Ipv4Addr> {
