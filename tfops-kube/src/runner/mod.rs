@@ -209,14 +209,25 @@ impl KubeRunnerPort {
         if !is_ready(pod) {
             return Err(unknown(format!("not Ready: {}", summary(pod))));
         }
-        let mut client = self
-            .dial(namespace, pod)
-            .await
-            .map_err(|e| unknown(e.to_string()))?;
-        let info = client
-            .info_reply()
-            .await
-            .map_err(|e| unknown(e.to_string()))?;
+        // Asked within a bound: a frozen runner must not hold the reconcile that asks.
+        let asked = tokio::time::timeout(ASK_IDLE_WITHIN, async {
+            let mut client = self.dial(namespace, pod).await?;
+            client
+                .info_reply()
+                .await
+                .map_err(|e| PortError::Unavailable(e.to_string()))
+        })
+        .await;
+        let info = match asked {
+            Ok(Ok(info)) => info,
+            Ok(Err(e)) => return Err(unknown(e.to_string())),
+            Err(_) => {
+                return Err(unknown(format!(
+                    "no answer within {} s",
+                    ASK_IDLE_WITHIN.as_secs()
+                )));
+            }
+        };
         if info.running_run_id.is_empty() {
             return Ok(());
         }
@@ -420,6 +431,9 @@ impl RunnerPort for KubeRunnerPort {
         Ok(())
     }
 }
+
+/// How long a left runner is given to say whether it runs a command before it is released.
+const ASK_IDLE_WITHIN: Duration = Duration::from_secs(15);
 
 /// The annotation with the digest of the Pod spec a runner Pod was made from.
 pub const ANNOTATION_SPEC_DIGEST: &str = "infra.argocd.io/spec-digest";
