@@ -1,8 +1,9 @@
 //! Terraform state in the cluster, as the kubernetes backend keeps it: Secret
 //! `tfstate-<workspace>-<suffix>` (and `-part-<i>` when Terraform split it), Lease
 //! `lock-tfstate-<workspace>-<suffix>` with the lock's JSON in `app.terraform.io/lock-info`.
-//! tfops never writes state; it deletes it (only after a destroy, with `deleteOnDestroy`) and
-//! reads who holds the lock and how large the state is.
+//! tfops never writes state; it deletes it (only after a destroy, with `deleteOnDestroy`),
+//! reads who holds the lock and how large the state is, and reads the state itself to hand
+//! it to a pull request's plan.
 
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -137,6 +138,36 @@ impl KubeStateAdmin {
             .into_iter()
             .filter(|s| is_state_part(s.metadata.name.as_deref().unwrap_or_default(), &name))
             .collect())
+    }
+
+    /// `workspace`'s state as the backend stores it (gzip, the `tfstate` key of
+    /// `tfstate-<workspace>-<suffix>`), empty when there is none yet: what a pull request's
+    /// plan is handed instead of a way to the API. Reads Secrets only.
+    ///
+    /// # Errors
+    /// The API's error; [`PortError::Invalid`] for a state split into several Secrets (not
+    /// handed yet).
+    pub async fn stored_state(
+        &self,
+        object: &ObjectKey,
+        workspace: &str,
+        suffix: &str,
+    ) -> Result<Vec<u8>, PortError> {
+        let name = state_secret_name(workspace, suffix);
+        let ours = self.state_secrets(object, workspace, suffix).await?;
+        if ours.len() > 1 {
+            return Err(PortError::Invalid(format!(
+                "the state {}/{name} is split into {} Secrets; tfops hands a pull request's plan only a state held in one Secret",
+                object.namespace,
+                ours.len()
+            )));
+        }
+        Ok(ours
+            .into_iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name.as_str()))
+            .and_then(|s| s.data?.remove("tfstate"))
+            .map(|b| b.0)
+            .unwrap_or_default())
     }
 
     /// The bytes of (gzipped) state the Secrets of `workspace` hold. Reads Secrets only: the

@@ -1,6 +1,7 @@
 //! The runner process of a runner Pod (the `tfops-runner` binary): flags as
 //! [`tfops_runner::process`] reads them, and, in a cluster (a kubeconfig in
-//! `TFOPS_KUBECONFIG`, or the in-cluster ServiceAccount when `KUBERNETES_SERVICE_HOST` is set),
+//! `TFOPS_KUBECONFIG`, or the in-cluster ServiceAccount when `KUBERNETES_SERVICE_HOST` is set
+//! and the Pod has a token),
 //! the Kubernetes stores of `tfops-kube`, so that plans and outputs are written with the Pod's
 //! own identity. Elsewhere it runs without them and refuses the store commands.
 
@@ -10,6 +11,11 @@ use anyhow::Context;
 
 use crate::logs::LogFormat;
 
+/// Where a Pod's ServiceAccount token is. A Pod without one (a pull request's runner:
+/// `automountServiceAccountToken: false`) still has the API server's address in its
+/// environment; it runs without stores.
+const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
 /// The Kubernetes client of the Pod's identity, when there is one.
 async fn cluster_client() -> anyhow::Result<Option<kube::Client>> {
     let config = if let Some(path) = std::env::var_os("TFOPS_KUBECONFIG") {
@@ -18,7 +24,9 @@ async fn cluster_client() -> anyhow::Result<Option<kube::Client>> {
         kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .context("loading TFOPS_KUBECONFIG")?
-    } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+    } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        && std::path::Path::new(SERVICE_ACCOUNT_TOKEN).exists()
+    {
         kube::Config::incluster().context("loading the in-cluster configuration")?
     } else {
         return Ok(None);

@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod exec;
+pub mod handed;
 pub mod process;
 pub mod refusal;
 pub mod server;

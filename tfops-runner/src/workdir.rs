@@ -103,6 +103,9 @@ pub struct Layout {
     pub home_dir: PathBuf,
     /// The CLI configuration file, when one is given.
     pub cli_config: PathBuf,
+    /// `<root>/<namespace>_<name>.state`: a state handed to the runner
+    /// ([`crate::handed`]), outside the source.
+    pub state_dir: PathBuf,
 }
 
 impl Layout {
@@ -125,6 +128,7 @@ impl Layout {
         };
         Ok(Self {
             cli_config: root.join(format!("{namespace}_{name}.tfrc")),
+            state_dir: root.join(format!("{namespace}_{name}.state")),
             source_dir,
             config_dir,
             home_dir: home.to_path_buf(),

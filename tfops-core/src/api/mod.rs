@@ -22,7 +22,10 @@ pub use outputs::{
     HealthCheck, HealthCheckType, TemplateError, WriteOutputsToConfigMap, WriteOutputsToSecret,
     render_template, template_references,
 };
-pub use pulls::{Approvers, ForgeKind, ForgeRepository, PullRequests, TokenSecretRef};
+pub use pulls::{
+    Approvers, FORGE_TOKEN_NAMESPACES, ForgeKind, ForgeRepository, PullRequests, TokenSecretRef,
+    token_granted,
+};
 pub use runner::{
     ApplyPodTemplate, ApplyPodTemplateSpec, ApplyRunnerSpec, Binary, EnvVar, KubeValue,
     PodMetadata, PodTemplate, PodTemplateSpec, RunnerRole, RunnerSpec,

@@ -70,7 +70,7 @@ impl Approvers {
     }
 }
 
-/// A Secret in the object's namespace, and the key of it holding a token.
+/// A Secret, and the key of it holding a token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TokenSecretRef {
@@ -79,6 +79,42 @@ pub struct TokenSecretRef {
     /// The key. Default `token`.
     #[serde(default = "token_key")]
     pub key: String,
+    /// The Secret's namespace. Default: the object's, where every run's identity (the runner
+    /// role) can read it. Keep it in a namespace where no runner runs (the manager's, or one
+    /// of its own): the Secret must then say which namespaces' objects may use it, in its
+    /// annotation `infra.argocd.io/forge-token-namespaces` (comma-separated names, or `*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// The annotation by which a forge token's Secret in another namespace lets objects of the
+/// namespaces it lists (comma-separated, or `*` for all) use it.
+pub const FORGE_TOKEN_NAMESPACES: &str = "infra.argocd.io/forge-token-namespaces";
+
+impl TokenSecretRef {
+    /// The namespace of the Secret for an object in `object_namespace`.
+    pub fn namespace_for<'a>(&'a self, object_namespace: &'a str) -> &'a str {
+        self.namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(object_namespace)
+    }
+}
+
+/// Whether a token Secret whose [`FORGE_TOKEN_NAMESPACES`] annotation is `granted` (none:
+/// `None`) may be used by an object in `object_namespace`, the Secret being in
+/// `secret_namespace`: always in the object's own namespace, elsewhere only when listed.
+pub fn token_granted(
+    granted: Option<&str>,
+    secret_namespace: &str,
+    object_namespace: &str,
+) -> bool {
+    secret_namespace == object_namespace
+        || granted.is_some_and(|list| {
+            list.split(',')
+                .map(str::trim)
+                .any(|n| n == "*" || n == object_namespace)
+        })
 }
 
 fn token_key() -> String {
@@ -233,10 +269,40 @@ mod tests {
             token_secret_ref: TokenSecretRef {
                 name: "forge".into(),
                 key: "token".into(),
+                namespace: None,
             },
             trusted_authors: vec![],
             approvers: Approvers::default(),
         }
+    }
+
+    #[test]
+    fn a_token_elsewhere_serves_only_the_namespaces_its_secret_names() {
+        let here = TokenSecretRef {
+            name: "forge".into(),
+            key: "token".into(),
+            namespace: None,
+        };
+        assert_eq!(here.namespace_for("team-a"), "team-a");
+        let there = TokenSecretRef {
+            namespace: Some("tfops-forge".into()),
+            ..here
+        };
+        assert_eq!(there.namespace_for("team-a"), "tfops-forge");
+        assert!(token_granted(None, "team-a", "team-a"), "its own namespace");
+        assert!(!token_granted(None, "tfops-forge", "team-a"));
+        assert!(!token_granted(Some(""), "tfops-forge", "team-a"));
+        assert!(!token_granted(
+            Some("team-b,team-ab"),
+            "tfops-forge",
+            "team-a"
+        ));
+        assert!(token_granted(
+            Some("team-b, team-a"),
+            "tfops-forge",
+            "team-a"
+        ));
+        assert!(token_granted(Some("*"), "tfops-forge", "team-a"));
     }
 
     #[test]

@@ -242,6 +242,7 @@ impl KubeRunnerPort {
     async fn connect(
         &self,
         object: &TerraformObject,
+        role: RunnerRole,
         pod: &Pod,
         delete_after: bool,
         attaching: bool,
@@ -268,12 +269,12 @@ impl KubeRunnerPort {
             &name,
             pod.metadata.uid.as_deref().unwrap_or_default(),
         );
-        Ok(Box::new(PodSession::new(
-            session,
-            watch,
-            delete_after,
-            pod_state::identity(pod),
-        )))
+        let session = PodSession::new(session, watch, delete_after, pod_state::identity(pod));
+        Ok(Box::new(if role == RunnerRole::PullRequest {
+            session.handing_state(crate::state::KubeStateAdmin::new(self.client.clone()))
+        } else {
+            session
+        }))
     }
 }
 
@@ -324,7 +325,7 @@ impl RunnerPort for KubeRunnerPort {
             let current = annotation(ANNOTATION_TLS_VERSION) == Some(version.clone())
                 && annotation(ANNOTATION_SPEC_DIGEST) == Some(wanted.clone());
             if keep && current && is_ready(&existing) && death(&existing).is_none() {
-                return self.connect(object, &existing, false, false).await;
+                return self.connect(object, role, &existing, false, false).await;
             }
             // Left over, exited, made from another spec, or holding a rotated certificate:
             // replaced. One already being deleted (the last run's, its container still
@@ -354,7 +355,7 @@ impl RunnerPort for KubeRunnerPort {
                 return Err(e);
             }
         };
-        self.connect(object, &ready, !keep, false).await
+        self.connect(object, role, &ready, !keep, false).await
     }
 
     async fn attach(
@@ -389,12 +390,10 @@ impl RunnerPort for KubeRunnerPort {
                 summary(&pod)
             )));
         }
+        let role = pod_state::role(&pod).unwrap_or(RunnerRole::Plan);
         let delete_after = object.spec.runner.always_cleanup
-            || matches!(
-                pod_state::role(&pod),
-                Some(RunnerRole::Apply | RunnerRole::PullRequest)
-            );
-        self.connect(object, &pod, delete_after, true).await
+            || matches!(role, RunnerRole::Apply | RunnerRole::PullRequest);
+        self.connect(object, role, &pod, delete_after, true).await
     }
 
     /// Deletes the object's plan and apply runner Pods that are left (by their names, whatever

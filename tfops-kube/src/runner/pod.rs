@@ -152,6 +152,11 @@ pub fn runner_pod(
         "volumes": volumes,
         "enableServiceLinks": false,
     });
+    if role == RunnerRole::PullRequest {
+        // It runs code nobody merged: no Kubernetes identity at all. The controller hands it
+        // the object's state (`PodSession::handing_state`), and it stores nothing.
+        spec["automountServiceAccountToken"] = json!(false);
+    }
     optional_fields(&mut spec, t);
     serde_json::from_value(json!({
         "apiVersion": "v1",
@@ -378,6 +383,29 @@ mod tests {
         .unwrap();
         assert_eq!(one["metadata"]["name"], "vpc-tf-runner");
         assert_eq!(one["metadata"]["labels"][LABEL_ROLE], "plan");
+    }
+
+    #[test]
+    fn only_a_pull_requests_runner_goes_without_a_service_account_token() {
+        let pod = |role| {
+            serde_json::to_value(runner_pod(&object(json!({})), role, &settings(), "v7").unwrap())
+                .unwrap()
+        };
+        let pr = pod(RunnerRole::PullRequest);
+        assert_eq!(pr["metadata"]["name"], "vpc-tf-runner-pr");
+        assert_eq!(pr["spec"]["automountServiceAccountToken"], false);
+        // Still the plan identity, for what a provider may take from it besides the token.
+        assert_eq!(
+            pr["spec"]["serviceAccountName"],
+            pod(RunnerRole::Plan)["spec"]["serviceAccountName"]
+        );
+        for role in [RunnerRole::Plan, RunnerRole::Apply] {
+            assert!(
+                pod(role)["spec"]
+                    .get("automountServiceAccountToken")
+                    .is_none()
+            );
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use tfops_core::ports::{
     OutputValue, OutputsRequest, PlanRequest, PlanResult, PlanToStore, PortError, RunnerSession,
     SetupRequest, ShownPlan,
 };
-use tfops_runner::client::Session;
+use tfops_runner::client::{Session, uses_tfops_backend};
 
 use super::pod_state::death;
 use crate::error::{is_not_found, port_error};
@@ -170,6 +170,8 @@ pub struct PodSession {
     death: Death,
     delete_after: bool,
     identity: String,
+    /// Reads the object's state to hand it over at setup (a pull request's runner).
+    hand_from: Option<crate::state::KubeStateAdmin>,
 }
 
 impl PodSession {
@@ -182,7 +184,16 @@ impl PodSession {
             pod,
             delete_after,
             identity,
+            hand_from: None,
         }
+    }
+
+    /// The session hands the runner its object's state, read with `admin` (the controller's
+    /// identity) at setup, in place of tfops' kubernetes backend: the runner Pod of a pull
+    /// request's plan has no Kubernetes identity of its own.
+    pub fn handing_state(mut self, admin: crate::state::KubeStateAdmin) -> Self {
+        self.hand_from = Some(admin);
+        self
     }
 }
 
@@ -205,6 +216,18 @@ impl RunnerSession for PodSession {
     }
 
     async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {
+        let o = &request.object;
+        if let Some(admin) = self.hand_from.as_ref().filter(|_| uses_tfops_backend(o)) {
+            let workspace = if o.spec.workspace.is_empty() {
+                "default"
+            } else {
+                o.spec.workspace.as_str()
+            };
+            let state = admin
+                .stored_state(&o.key(), workspace, &o.state_secret_suffix())
+                .await?;
+            self.inner.hand_state(state);
+        }
         guard(&self.pod, &self.death, self.inner.setup(request)).await
     }
 

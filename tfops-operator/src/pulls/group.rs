@@ -75,8 +75,9 @@ impl Group {
     }
 }
 
-/// The token `object`'s `spec.sourceRef.pullRequests.tokenSecretRef` names, from its
-/// namespace.
+/// The token `object`'s `spec.sourceRef.pullRequests.tokenSecretRef` names: from its
+/// namespace, or from another whose Secret grants the object's namespace its use
+/// ([`tfops_core::api::FORGE_TOKEN_NAMESPACES`]).
 pub(crate) async fn token(
     client: &kube::Client,
     object: &TerraformObject,
@@ -85,7 +86,8 @@ pub(crate) async fn token(
         return Err(PortError::Invalid("no spec.sourceRef.pullRequests".into()));
     };
     let reference = &pulls.token_secret_ref;
-    let namespace = &object.metadata.namespace;
+    let own = &object.metadata.namespace;
+    let namespace = reference.namespace_for(own);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let where_ = format!(
         "spec.sourceRef.pullRequests.tokenSecretRef: Secret {namespace}/{} key {}",
@@ -96,6 +98,17 @@ pub(crate) async fn token(
         .await
         .map_err(|e| tfops_kube::error::port_error(&where_, e))?
         .ok_or_else(|| PortError::NotFound(format!("{where_}: no such Secret")))?;
+    let granted = secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(tfops_core::api::FORGE_TOKEN_NAMESPACES));
+    if !tfops_core::api::token_granted(granted.map(String::as_str), namespace, own) {
+        return Err(PortError::AccessDenied(format!(
+            "{where_}: the Secret does not let objects of namespace {own} use it (list {own} in its annotation {})",
+            tfops_core::api::FORGE_TOKEN_NAMESPACES
+        )));
+    }
     let value = secret
         .data
         .as_ref()

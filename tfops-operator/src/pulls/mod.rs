@@ -190,8 +190,13 @@ async fn groups(
             }
         };
         let secret = &pulls.token_secret_ref;
+        // Per object namespace: a Secret elsewhere may grant one namespace and not another.
         let at = (
-            object.metadata.namespace.clone(),
+            format!(
+                "{}/{}",
+                object.metadata.namespace,
+                secret.namespace_for(&object.metadata.namespace)
+            ),
             secret.name.clone(),
             secret.key.clone(),
         );

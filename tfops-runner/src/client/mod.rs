@@ -3,7 +3,7 @@
 
 mod session;
 
-pub use session::{Session, setup_request};
+pub use session::{Session, setup_request, uses_tfops_backend};
 
 use std::future::Future;
 

@@ -123,6 +123,29 @@ pub fn setup_request(request: &SetupRequest) -> Result<proto::SetupRequest, Port
     })
 }
 
+/// Whether `object` keeps its state in tfops' kubernetes backend (no `spec.backendConfig` of
+/// its own), the state [`Session::hand_state`] can hand over.
+pub fn uses_tfops_backend(object: &TerraformObject) -> bool {
+    !object
+        .spec
+        .backend_config
+        .as_ref()
+        .is_some_and(|b| b.disable || b.custom_configuration.is_some())
+}
+
+/// `setup` with tfops' kubernetes backend replaced by `state`, handed over.
+fn hand_over(setup: &mut proto::SetupRequest, state: Vec<u8>) {
+    if let Some(backend) = setup
+        .backend
+        .as_mut()
+        .filter(|b| matches!(b.kind, Some(proto::backend::Kind::Kubernetes(_))))
+    {
+        backend.kind = Some(proto::backend::Kind::Handed(proto::HandedState {
+            state_gzip: state,
+        }));
+    }
+}
+
 /// One run's connection, implementing the core's [`RunnerSession`] port. Run ids are
 /// `<prefix>-<n>`: a controller that derives the prefix from the object and attempt can
 /// re-attach to them after a restart.
@@ -138,6 +161,9 @@ pub struct Session {
     pub on_line: Box<dyn FnMut(&proto::LogLine) + Send>,
     /// The last lines of every command (bounded), for the run history.
     tail: String,
+    /// The state to hand the runner at the next setup instead of tfops' kubernetes backend
+    /// ([`Session::hand_state`]).
+    handed: Option<Vec<u8>>,
 }
 
 impl Session {
@@ -157,7 +183,17 @@ impl Session {
             writes: false,
             on_line: Box::new(|_| {}),
             tail: String::new(),
+            handed: None,
         })
+    }
+
+    /// Hands `state` (the workspace's state as stored, gzip; empty for none) to the runner at the
+    /// next setup in place of tfops' kubernetes backend: Terraform reads it from a local
+    /// backend and the runner needs no Kubernetes identity, and refuses every command that
+    /// would change infrastructure or write for the object. A setup whose object names a
+    /// backend of its own (`spec.backendConfig`) keeps it.
+    pub fn hand_state(&mut self, state: Vec<u8>) {
+        self.handed = Some(state);
     }
 
     /// Names the runner this session talks to ([`RunnerSession::runner`]), so that a later
@@ -269,10 +305,11 @@ impl RunnerSession for Session {
             .upload(&request.artifact.data, &request.artifact.sha256)
             .await
             .map_err(port_error)?;
-        self.client
-            .setup(setup_request(request)?)
-            .await
-            .map_err(port_error)?;
+        let mut setup = setup_request(request)?;
+        if let Some(state) = self.handed.take() {
+            hand_over(&mut setup, state);
+        }
+        self.client.setup(setup).await.map_err(port_error)?;
         Ok(())
     }
 

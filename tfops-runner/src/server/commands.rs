@@ -17,6 +17,17 @@ pub(super) async fn execute(
     io: &Io,
     context: &Context,
 ) -> proto::RunResult {
+    if context.handed && !crate::handed::allows(&command) {
+        return from_error(
+            TfError::Failed {
+                code: 1,
+                diagnostic: "this runner was handed its object's state read-only (a pull \
+                             request's plan): it only plans speculatively and reads"
+                    .into(),
+            },
+            context.pod.as_deref(),
+        );
+    }
     let outcome = match command {
         Command::Init(_) => tf.init(io).await.map(|()| None),
         Command::SelectWorkspace(w) => tf.select_workspace(&w.workspace, io).await.map(|()| None),

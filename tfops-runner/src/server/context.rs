@@ -23,6 +23,8 @@ pub(super) struct Context {
     pub(super) pod: Option<String>,
     /// Where the setup's state is, when its backend is tfops' kubernetes one.
     pub(super) kubernetes_state: Option<KubernetesState>,
+    /// The setup's state was handed over read-only: only what reads it runs.
+    pub(super) handed: bool,
 }
 
 /// The state of a setup whose backend is the kubernetes one tfops writes: its Secret suffix,

@@ -128,9 +128,20 @@ impl Runner for RunnerService {
             &r.path,
         )
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let backend = self.backend(r.backend.clone());
+        let handed = match r.backend.as_ref().and_then(|b| b.kind.as_ref()) {
+            Some(proto::backend::Kind::Handed(h)) => Some(h.state_gzip.clone()),
+            _ => None,
+        };
+        let backend = match handed {
+            Some(_) => Some(crate::handed::local_backend(&layout)),
+            None => self.backend(r.backend.clone()),
+        };
         let prepared = prepare(&layout, archive, backend, &r).await?;
         prepared.map_err(|e| Status::invalid_argument(format!("{e}: {}", source_chain(&e))))?;
+        if let Some(state) = &handed {
+            crate::handed::write_state(&layout, &r.workspace, state)
+                .map_err(|e| Status::invalid_argument(format!("{e}: {}", source_chain(&e))))?;
+        }
         let env = self.environment(&r, &layout);
         let (binary, program) = self.program_for(&r.binary)?;
         let tf = Terraform {
@@ -154,6 +165,7 @@ impl Runner for RunnerService {
         let mut state = lock(&self.state);
         state.object = Some(object);
         state.kubernetes_state = kubernetes_state;
+        state.handed = handed.is_some();
         state.terraform = Some(tf);
         state.binary = binary;
         state.layout = Some(layout.clone());
@@ -261,6 +273,7 @@ impl Runner for RunnerService {
             let mut state = lock(&self.state);
             state.terraform = None;
             state.kubernetes_state = None;
+            state.handed = false;
             (state.layout.take(), std::mem::take(&mut state.home_files))
         };
         for file in home_files {
@@ -268,6 +281,7 @@ impl Runner for RunnerService {
         }
         if let Some(layout) = layout {
             let _ = tokio::fs::remove_dir_all(&layout.source_dir).await;
+            let _ = tokio::fs::remove_dir_all(&layout.state_dir).await;
             let _ = tokio::fs::remove_file(&layout.cli_config).await;
         }
         Ok(Response::new(proto::CleanupReply {}))
@@ -286,7 +300,8 @@ impl RunnerService {
                 &k.labels.into_iter().collect(),
             )),
             Some(proto::backend::Kind::Custom(block)) => Some(block),
-            Some(proto::backend::Kind::None(_)) | None => None,
+            // Written by `setup` itself, which knows the layout.
+            Some(proto::backend::Kind::Handed(_) | proto::backend::Kind::None(_)) | None => None,
         }
     }
 

@@ -40,6 +40,8 @@ pub(super) struct State {
     pub(super) object: Option<ObjectRef>,
     /// Where the setup's kubernetes backend keeps the state, when it is the one tfops wrote.
     pub(super) kubernetes_state: Option<KubernetesState>,
+    /// The setup's state was handed over read-only ([`crate::handed`]).
+    pub(super) handed: bool,
 }
 
 /// The runner service.
@@ -77,6 +79,7 @@ impl RunnerService {
             stores: self.stores.clone().zip(state.object.clone()),
             pod: self.config.pod_name.clone(),
             kubernetes_state: state.kubernetes_state.clone(),
+            handed: state.handed,
         };
         (state.terraform.clone(), context)
     }
