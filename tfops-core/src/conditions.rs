@@ -137,6 +137,11 @@ string_enum!(
         TFExecPlanFailed,
         /// `terraform apply` failed.
         TFExecApplyFailed,
+        /// A Terraform command ran past `spec.timeout` (or the manager's
+        /// `--default-timeout`) and was stopped: interrupted as Ctrl-C does, killed after the
+        /// grace period if it did not end. The message names the command; what an
+        /// interrupted apply created is in the state, and the run is retried with the backoff.
+        TerraformTimedOut,
         /// The source could not be resolved or fetched.
         SourceFetchFailed,
         /// Something the source names does not exist (the repository, its ref or commit, a

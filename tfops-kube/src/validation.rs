@@ -141,6 +141,7 @@ fn source_rules(spec: &mut Value) {
 pub fn add_to_spec(spec: &mut Value) {
     duration(spec, &["interval"]);
     duration(spec, &["retryInterval"]);
+    duration(spec, &["timeout"]);
     duration(spec, &["healthChecks", "[]", "timeout"]);
     if let Some(node) = at(spec, &["healthChecks"]) {
         // (Bounded so that the API server can bound the cost of the rules inside.)

@@ -46,6 +46,8 @@ pub struct ClusterOptions {
     pub cert_rotation_check: Duration,
     /// The largest gRPC message to and from runners (`--runner-grpc-max-message-size`).
     pub runner_max_message: usize,
+    /// Each Terraform command's timeout when the object sets none (`--default-timeout`).
+    pub default_timeout: Duration,
     /// The port runner Pods serve gRPC on (`--runner-grpc-port`).
     pub runner_grpc_port: u16,
     /// Namespaces to watch, concurrency, retry wait.
@@ -71,6 +73,7 @@ impl ClusterOptions {
             reporter: ("tfops".into(), "tfops".into()),
             cert_rotation_check: Duration::from_secs(1800),
             runner_max_message: tfops_runner::client::DEFAULT_MAX_MESSAGE,
+            default_timeout: tfops_runner::client::DEFAULT_TIMEOUT,
             runner_grpc_port: tfops_kube::runner::pod::GRPC_PORT,
             controller: Settings::default(),
             pull_requests: None,
@@ -144,6 +147,7 @@ pub async fn ports(client: &kube::Client, options: &ClusterOptions) -> Result<Wi
     let mut runner = RunnerSettings::new(&options.runner_image);
     runner.creation_timeout = options.runner_creation_timeout;
     runner.client.max_message = options.runner_max_message;
+    runner.client.default_timeout = options.default_timeout;
     runner.pod.grpc_port = options.runner_grpc_port;
     let credentials = KubeCredentials::new(client.clone(), options.argocd_namespace.clone());
     let events = KubeEventSink::new(

@@ -22,6 +22,14 @@ pub struct TerraformSpec {
     /// this, at most `interval`).
     #[serde(default = "default_retry_interval")]
     pub retry_interval: String,
+    /// How long each Terraform command of a run (`init`, `plan`, `apply`, a destroy, a pull
+    /// request's plan) may take, as a Go duration. At the deadline the runner interrupts
+    /// Terraform as Ctrl-C does (SIGINT: it stops its providers, writes the state, releases
+    /// the lock), then kills it after the runner Pod's grace period; the run fails with reason
+    /// `TerraformTimedOut` and is retried with the backoff. Default: the manager's
+    /// `--default-timeout` (2h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
     /// Stop reconciling: no runs start until this is false again. Default false. The annotation
     /// `infra.argocd.io/suspend: "<reason>"` does the same without editing the spec (what the
     /// Argo CD suspend action and `tfops suspend` set); removing it resumes. Its plan and apply

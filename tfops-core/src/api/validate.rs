@@ -44,6 +44,8 @@ pub struct ValidSpec {
     pub interval: Duration,
     /// `spec.retryInterval`.
     pub retry_interval: Duration,
+    /// `spec.timeout`, when set.
+    pub timeout: Option<Duration>,
     /// `spec.approvePlan`.
     pub approve: ApprovePlan,
     /// `spec.healthChecks[*].timeout`, in order.
@@ -61,6 +63,10 @@ pub fn validate(object: &TerraformObject) -> Result<ValidSpec, ValidationErrors>
     let spec = &object.spec;
     let interval = c.duration("spec.interval", &spec.interval, true);
     let retry_interval = c.duration("spec.retryInterval", &spec.retry_interval, true);
+    let timeout = spec
+        .timeout
+        .as_deref()
+        .and_then(|t| c.duration("spec.timeout", t, true));
     check_source(&mut c, spec);
     c.relative_path("spec.path", &spec.path, true);
     let approve = check_approve(&mut c, &spec.approve_plan);
@@ -82,6 +88,7 @@ pub fn validate(object: &TerraformObject) -> Result<ValidSpec, ValidationErrors>
     Ok(ValidSpec {
         interval: interval.unwrap_or_default(),
         retry_interval: retry_interval.unwrap_or_default(),
+        timeout,
         approve,
         health_check_timeouts: health_check_timeouts
             .into_iter()

@@ -71,6 +71,10 @@ pub enum PortError {
     /// The operation was cancelled (shutdown).
     #[error("cancelled")]
     Cancelled,
+    /// A Terraform command ran past its timeout (`spec.timeout`) and was stopped; the text
+    /// names the command, the timeout and how it was stopped.
+    #[error("{0}")]
+    TimedOut(String),
 }
 
 /// Every port the driver uses.

@@ -13,6 +13,7 @@ pub const MAX_MESSAGE: usize = 2000;
 pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
     let reason = match (error, step) {
         (PortError::StateLocked { .. }, _) => Reason::LockHeld,
+        (PortError::TimedOut(_), _) => Reason::TerraformTimedOut,
         (PortError::AccessDenied(_), _) => Reason::AccessDenied,
         (PortError::TlsRefused(_), _) => Reason::RunnerConnectionFailed,
         (PortError::QuotaExhausted(_), StepKind::StartRunner | StepKind::StartApplyRunner) => {

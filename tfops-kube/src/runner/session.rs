@@ -137,6 +137,23 @@ async fn guard<T>(
     }
 }
 
+/// After a command: a runner given up (a command outlived its timeout and the controller's
+/// margin with no answer) is frozen or cut off, and its Pod is removed so that nothing waits
+/// on it again.
+async fn after<T>(
+    pod: &PodWatch,
+    gave_up: bool,
+    result: Result<T, PortError>,
+) -> Result<T, PortError> {
+    if gave_up
+        && matches!(result, Err(PortError::TimedOut(_)))
+        && let Err(e) = pod.delete().await
+    {
+        tracing::warn!(pod = %pod.name, error = %e, "removing a runner given up");
+    }
+    result
+}
+
 impl PodWatch {
     /// Deletes the Pod (only this one: a precondition on its uid).
     ///
@@ -228,11 +245,13 @@ impl RunnerSession for PodSession {
                 .await?;
             self.inner.hand_state(state);
         }
-        guard(&self.pod, &self.death, self.inner.setup(request)).await
+        let r = guard(&self.pod, &self.death, self.inner.setup(request)).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 
     async fn init(&mut self) -> Result<(), PortError> {
-        guard(&self.pod, &self.death, self.inner.init()).await
+        let r = guard(&self.pod, &self.death, self.inner.init()).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 
     async fn select_workspace(&mut self, workspace: &str) -> Result<(), PortError> {
@@ -245,31 +264,38 @@ impl RunnerSession for PodSession {
     }
 
     async fn plan(&mut self, request: &PlanRequest) -> Result<PlanResult, PortError> {
-        guard(&self.pod, &self.death, self.inner.plan(request)).await
+        let r = guard(&self.pod, &self.death, self.inner.plan(request)).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 
     async fn show(&mut self) -> Result<ShownPlan, PortError> {
-        guard(&self.pod, &self.death, self.inner.show()).await
+        let r = guard(&self.pod, &self.death, self.inner.show()).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 
     async fn apply(&mut self, run_id: &str) -> Result<(), PortError> {
-        guard(&self.pod, &self.death, self.inner.apply(run_id)).await
+        let r = guard(&self.pod, &self.death, self.inner.apply(run_id)).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 
     async fn attach(&mut self, run_id: &str) -> Result<(), PortError> {
-        guard(&self.pod, &self.death, self.inner.attach(run_id)).await
+        let r = guard(&self.pod, &self.death, self.inner.attach(run_id)).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 
     async fn outputs(&mut self) -> Result<BTreeMap<String, OutputValue>, PortError> {
-        guard(&self.pod, &self.death, self.inner.outputs()).await
+        let r = guard(&self.pod, &self.death, self.inner.outputs()).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 
     async fn inventory(&mut self) -> Result<Vec<InventoryEntry>, PortError> {
-        guard(&self.pod, &self.death, self.inner.inventory()).await
+        let r = guard(&self.pod, &self.death, self.inner.inventory()).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 
     async fn force_unlock(&mut self, lock_id: &str) -> Result<(), PortError> {
-        guard(&self.pod, &self.death, self.inner.force_unlock(lock_id)).await
+        let r = guard(&self.pod, &self.death, self.inner.force_unlock(lock_id)).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 
     async fn cleanup(&mut self) -> Result<(), PortError> {
@@ -286,15 +312,18 @@ impl RunnerSession for PodSession {
     }
 
     async fn save_plan(&mut self, plan: &PlanToStore) -> Result<(), PortError> {
-        guard(&self.pod, &self.death, self.inner.save_plan(plan)).await
+        let r = guard(&self.pod, &self.death, self.inner.save_plan(plan)).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 
     async fn delete_plan(&mut self, workspace: &str) -> Result<(), PortError> {
-        guard(&self.pod, &self.death, self.inner.delete_plan(workspace)).await
+        let r = guard(&self.pod, &self.death, self.inner.delete_plan(workspace)).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 
     async fn delete_outputs(&mut self, name: &str) -> Result<(), PortError> {
-        guard(&self.pod, &self.death, self.inner.delete_outputs(name)).await
+        let r = guard(&self.pod, &self.death, self.inner.delete_outputs(name)).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 
     async fn delete_state(&mut self, workspace: &str, suffix: &str) -> Result<(), PortError> {
@@ -310,6 +339,7 @@ impl RunnerSession for PodSession {
         &mut self,
         request: &OutputsRequest,
     ) -> Result<BTreeMap<String, OutputValue>, PortError> {
-        guard(&self.pod, &self.death, self.inner.write_outputs(request)).await
+        let r = guard(&self.pod, &self.death, self.inner.write_outputs(request)).await;
+        after(&self.pod, self.inner.gave_up(), r).await
     }
 }

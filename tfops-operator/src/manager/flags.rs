@@ -39,6 +39,11 @@ pub struct Flags {
     /// How long a runner Pod may take to become Ready (Go duration).
     #[arg(long, env = "TFOPS_RUNNER_CREATION_TIMEOUT", default_value = "120s", value_parser = go_duration)]
     pub runner_creation_timeout: Duration,
+    /// How long each Terraform command of a run may take when the object sets no
+    /// `spec.timeout` (Go duration): stopped at it as Ctrl-C stops Terraform, killed after the
+    /// runner Pod's grace period.
+    #[arg(long, env = "TFOPS_DEFAULT_TIMEOUT", default_value = "2h", value_parser = go_duration)]
+    pub default_timeout: Duration,
     /// The largest gRPC message between manager and runners, in bytes (plan files travel in
     /// one).
     #[arg(long, env = "TFOPS_RUNNER_GRPC_MAX_MESSAGE_SIZE", default_value_t = tfops_runner::client::DEFAULT_MAX_MESSAGE)]

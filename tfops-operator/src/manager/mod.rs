@@ -64,6 +64,10 @@ pub fn options(
         Some(flags.source_poll_interval).filter(|every| !every.is_zero());
     o.runner_creation_timeout = flags.runner_creation_timeout;
     o.runner_max_message = flags.runner_grpc_max_message_size;
+    if flags.default_timeout.is_zero() {
+        anyhow::bail!("--default-timeout must be longer than zero");
+    }
+    o.default_timeout = flags.default_timeout;
     o.cert_rotation_check = flags.cert_rotation_check_frequency;
     o.argocd_namespace = flags
         .enable_argocd_credentials

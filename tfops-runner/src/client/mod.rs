@@ -19,6 +19,13 @@ use crate::server::RunnerService;
 /// plan files travel in one message.
 pub const DEFAULT_MAX_MESSAGE: usize = 128 << 20;
 
+/// Each Terraform command's timeout when neither the object (`spec.timeout`) nor the manager
+/// (`--default-timeout`) says otherwise: two hours, longer than the slowest single creates
+/// of managed cloud services take (database clusters and CDN distributions are on the scale
+/// of an hour), short enough that a hung command frees its object and its slot the same
+/// working day.
+pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
+
 /// How the controller talks to runners (the manager's flags set it).
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -28,8 +35,15 @@ pub struct ClientConfig {
     pub keepalive_interval: std::time::Duration,
     /// How long a keepalive ping may go unanswered before the connection counts as broken.
     pub keepalive_timeout: std::time::Duration,
-    /// The longest one command may run; past it the command is cancelled and fails.
+    /// The longest one command may run before a setup names its timeout; past it the
+    /// command is cancelled and fails.
     pub command_deadline: std::time::Duration,
+    /// Each Terraform command's timeout when the object sets no `spec.timeout`
+    /// (`--default-timeout`); the runner stops a command at it.
+    pub default_timeout: std::time::Duration,
+    /// How much longer than its timeout the controller waits for a command's end before it
+    /// gives the runner up (a frozen runner answers nothing, not even at its own deadline).
+    pub deadline_margin: std::time::Duration,
     /// The largest message either way (`--grpc-max-message-size`; plan files travel in one).
     pub max_message: usize,
     /// How often a broken stream is followed by re-attaching to the run before it fails.
@@ -45,6 +59,8 @@ impl Default for ClientConfig {
             keepalive_interval: std::time::Duration::from_secs(20),
             keepalive_timeout: std::time::Duration::from_secs(10),
             command_deadline: std::time::Duration::from_secs(6 * 3600),
+            default_timeout: DEFAULT_TIMEOUT,
+            deadline_margin: std::time::Duration::from_secs(300),
             max_message: DEFAULT_MAX_MESSAGE,
             reattach_attempts: 4,
             reattach_backoff: std::time::Duration::from_millis(500),

@@ -66,6 +66,7 @@ fn result_error(r: &proto::RunResult) -> Option<PortError> {
             holder_gone: r.lock_holder_gone,
         }),
         proto::run_result::Status::Failed => Some(PortError::Terraform(r.diagnostic.clone())),
+        proto::run_result::Status::TimedOut => Some(PortError::TimedOut(r.diagnostic.clone())),
     }
 }
 
@@ -120,7 +121,21 @@ pub fn setup_request(request: &SetupRequest) -> Result<proto::SetupRequest, Port
             tfops_core::api::Binary::Tofu => "tofu".into(),
         },
         uid: o.metadata.uid.clone(),
+        // Set by the session, which knows the controller's default.
+        command_timeout_seconds: 0,
     })
+}
+
+/// Each command's timeout for `request`: the object's `spec.timeout`, else `default`.
+fn command_timeout(request: &SetupRequest, default: std::time::Duration) -> std::time::Duration {
+    request
+        .object
+        .spec
+        .timeout
+        .as_deref()
+        .and_then(|t| tfops_core::duration::parse(t).ok())
+        .filter(|t| !t.is_zero())
+        .unwrap_or(default)
 }
 
 /// Whether `object` keeps its state in tfops' kubernetes backend (no `spec.backendConfig` of
@@ -164,6 +179,10 @@ pub struct Session {
     /// The state to hand the runner at the next setup instead of tfops' kubernetes backend
     /// ([`Session::hand_state`]).
     handed: Option<Vec<u8>>,
+    /// The setup's command timeout, once set up.
+    timeout: Option<std::time::Duration>,
+    /// A command outlived its timeout and the margin: the runner answers nothing.
+    gave_up: bool,
 }
 
 impl Session {
@@ -184,7 +203,15 @@ impl Session {
             on_line: Box::new(|_| {}),
             tail: String::new(),
             handed: None,
+            timeout: None,
+            gave_up: false,
         })
+    }
+
+    /// Whether a command outlived its timeout plus the controller's margin, unanswered: the
+    /// runner is frozen or unreachable, and its Pod should go.
+    pub fn gave_up(&self) -> bool {
+        self.gave_up
     }
 
     /// Hands `state` (the workspace's state as stored, gzip; empty for none) to the runner at the
@@ -269,13 +296,17 @@ impl Session {
                 }
             }
         };
-        let result = match tokio::time::timeout(config.command_deadline, attempt).await {
+        let deadline = self
+            .timeout
+            .map_or(config.command_deadline, |t| t + config.deadline_margin);
+        let result = match tokio::time::timeout(deadline, attempt).await {
             Ok(r) => r.map_err(port_error)?,
             Err(_) => {
-                let _ = self.client.cancel(id).await;
-                return Err(PortError::Unavailable(format!(
-                    "run {id} took longer than its deadline ({} s) and was cancelled",
-                    config.command_deadline.as_secs()
+                self.gave_up = true;
+                let _ = tokio::time::timeout(config.connect_timeout, self.client.cancel(id)).await;
+                return Err(PortError::TimedOut(format!(
+                    "the runner did not end run {id} within {} (its timeout and the controller's margin): given up, its Pod removed",
+                    tfops_core::duration::format(deadline)
                 )));
             }
         };
@@ -309,6 +340,9 @@ impl RunnerSession for Session {
         if let Some(state) = self.handed.take() {
             hand_over(&mut setup, state);
         }
+        let timeout = command_timeout(request, self.client.config.default_timeout);
+        setup.command_timeout_seconds = timeout.as_secs();
+        self.timeout = Some(timeout);
         self.client.setup(setup).await.map_err(port_error)?;
         Ok(())
     }

@@ -5,12 +5,14 @@
 //! - `context`: what a command runs with besides Terraform.
 //! - `service`: the service's state, one run at a time, starting a command.
 //! - `commands`: running one command (Terraform's, and the store commands).
+//! - `deadline`: a command's timeout.
 //! - `results`: a command's result as the runner answers it.
 //! - `rpc`: the gRPC methods.
 
 mod commands;
 mod config;
 mod context;
+mod deadline;
 mod results;
 mod rpc;
 mod service;

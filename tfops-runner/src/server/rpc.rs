@@ -166,6 +166,8 @@ impl Runner for RunnerService {
         state.object = Some(object);
         state.kubernetes_state = kubernetes_state;
         state.handed = handed.is_some();
+        state.command_timeout = (r.command_timeout_seconds > 0)
+            .then(|| std::time::Duration::from_secs(r.command_timeout_seconds));
         state.terraform = Some(tf);
         state.binary = binary;
         state.layout = Some(layout.clone());

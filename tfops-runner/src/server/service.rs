@@ -11,6 +11,7 @@ use tonic::Status;
 use super::commands::execute;
 use super::config::{RunnerConfig, find_binary_in};
 use super::context::{Context, KubernetesState, Shown, lock};
+use super::deadline::Deadline;
 use super::results::{command_name, failed};
 use crate::exec::Stream as LineStream;
 use crate::proto::{self, run_request::Command};
@@ -42,6 +43,8 @@ pub(super) struct State {
     pub(super) kubernetes_state: Option<KubernetesState>,
     /// The setup's state was handed over read-only ([`crate::handed`]).
     pub(super) handed: bool,
+    /// How long each command of the setup may run (`spec.timeout`); none: no limit.
+    pub(super) command_timeout: Option<Duration>,
 }
 
 /// The runner service.
@@ -210,6 +213,11 @@ impl RunnerService {
         });
         runs.insert(run_id.clone(), entry.clone());
         let (terraform, context) = self.context();
+        let (timeout, binary) = {
+            let state = lock(&self.state);
+            (state.command_timeout, state.binary.clone())
+        };
+        let grace = self.config.grace;
         let max_lines = self.config.max_log_lines;
         let task_entry = entry.clone();
         let (logged_id, name) = (run_id, command_name(&command));
@@ -249,9 +257,19 @@ impl RunnerService {
                 log: log_tx,
                 cancel: cancel_rx,
             };
+            let deadline = timeout.map(|after| {
+                let stop = task_entry.clone();
+                Deadline::start(after, move || {
+                    let _ = stop.cancel.send(true);
+                })
+            });
             let result = match terraform {
                 Some(tf) => execute(&tf, command, &io, &context).await,
                 None => failed("the runner is not set up: call Setup first".into()),
+            };
+            let result = match deadline {
+                Some(d) => d.judge(result, &format!("{binary} {name}"), grace),
+                None => result,
             };
             drop(io);
             let _ = forward.await;
