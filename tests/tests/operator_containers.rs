@@ -309,43 +309,6 @@ async fn nothing_left(op: &Operator) {
     }
 }
 
-/// The resources of the Terraform state in the object's state Secret: address → id.
-async fn state_ids(op: &Operator, name: &str) -> std::collections::BTreeMap<String, String> {
-    use std::io::Read;
-    let secrets: Api<Secret> = Api::namespaced(op.admin.clone(), "team-a");
-    let Some(secret) = secrets
-        .get_opt(&format!("tfstate-default-{name}"))
-        .await
-        .unwrap()
-    else {
-        return Default::default();
-    };
-    let gz = &secret.data.as_ref().unwrap()["tfstate"].0;
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(&gz[..])
-        .read_to_string(&mut text)
-        .unwrap();
-    let state: Value = serde_json::from_str(&text).unwrap();
-    state["resources"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|r| {
-            (
-                format!(
-                    "{}.{}",
-                    r["type"].as_str().unwrap(),
-                    r["name"].as_str().unwrap()
-                ),
-                r["instances"][0]["attributes"]["id"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-            )
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_runner_pod_deleted_mid_apply_stops_politely_and_nothing_is_created_twice() {
     let op = Operator::start_in_containers().await;
@@ -393,7 +356,7 @@ async fn a_runner_pod_deleted_mid_apply_stops_politely_and_nothing_is_created_tw
         .stopped_by_sigterm("team-a", "polite-tf-runner");
     assert_eq!(stopped, Some(true), "stopped within its grace period");
     // Terraform wrote what it had created before it exited.
-    let after_stop = state_ids(&op, "polite").await;
+    let after_stop = support::state::state_ids(&op, "polite").await;
     let x = after_stop
         .get("terraform_data.x")
         .cloned()
@@ -405,7 +368,7 @@ async fn a_runner_pod_deleted_mid_apply_stops_politely_and_nothing_is_created_tw
         ready_with(t, "TerraformAppliedSucceed")
     })
     .await;
-    let last = state_ids(&op, "polite").await;
+    let last = support::state::state_ids(&op, "polite").await;
     assert_eq!(
         last.get("terraform_data.x"),
         Some(&x),

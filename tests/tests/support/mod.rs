@@ -8,6 +8,7 @@ pub mod git;
 pub mod manager;
 pub mod operator;
 pub mod pulls;
+pub mod state;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

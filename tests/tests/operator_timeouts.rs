@@ -1,0 +1,118 @@
+//! Runs that cannot hang, end to end on the real control plane (container runners under
+//! `scripts/test`): an apply whose provisioner never returns is stopped at `spec.timeout`,
+//! what it made stays in the state, its lock is free and the next commit applies; and with
+//! one slot (`--concurrent 1`) an object that hangs holds it no longer than its deadline.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Instant;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use serde_json::json;
+use support::operator::{CONFIG, Operator, condition, ready_with};
+use support::state::state_ids;
+
+/// A resource made at once, then one whose provisioner sleeps an hour.
+const HANGS: &str = r#"
+resource "terraform_data" "first" {
+  input = "made"
+}
+resource "terraform_data" "hangs" {
+  depends_on = [terraform_data.first]
+  provisioner "local-exec" {
+    command = "exec sleep 3600"
+  }
+}
+"#;
+
+/// [`HANGS`] once fixed: the same resources, nothing that sleeps.
+const FIXED: &str = r#"
+resource "terraform_data" "first" {
+  input = "made"
+}
+resource "terraform_data" "hangs" {
+  depends_on = [terraform_data.first]
+}
+"#;
+
+fn timed_out(t: &tfops_kube::Terraform) -> Option<String> {
+    condition(t, "Ready")
+        .filter(|(_, reason, _)| reason == "TerraformTimedOut")
+        .map(|(_, _, message)| message)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hung_apply_is_stopped_at_its_timeout_and_keeps_what_it_made() {
+    let op = Operator::start().await;
+    op.git.commit("infra", &[("main.tf", HANGS)]);
+    op.apply(&op.manifest("stuck", json!({"approvePlan": "auto", "timeout": "15s"})));
+    let t = op
+        .wait_for("stuck", "stopped at its timeout", 180, |t| {
+            timed_out(t).is_some()
+        })
+        .await;
+    let message = timed_out(&t).unwrap();
+    assert!(
+        message.contains("apply ran past its timeout of 15s"),
+        "{message}"
+    );
+    // Interrupted, not killed: Terraform wrote what it made, and freed its lock.
+    let made = state_ids(&op, "stuck").await;
+    let first = made
+        .get("terraform_data.first")
+        .cloned()
+        .unwrap_or_else(|| panic!("the resource made before the hang is in the state: {made:?}"));
+    let leases: Api<Lease> = Api::namespaced(op.admin.clone(), "team-a");
+    let lock = leases.get_opt("lock-tfstate-default-stuck").await.unwrap();
+    assert!(
+        lock.and_then(|l| l.spec?.holder_identity).is_none(),
+        "the lock was released"
+    );
+
+    // The next commit is applied; what the stopped apply made is kept, not made again.
+    op.git.commit("infra", &[("main.tf", FIXED)]);
+    op.wait_for("stuck", "applied after the fix", 180, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+    let last = state_ids(&op, "stuck").await;
+    assert_eq!(last.get("terraform_data.first"), Some(&first), "{last:?}");
+    assert!(last.contains_key("terraform_data.hangs"), "{last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_one_slot_an_object_that_hangs_stops_another_no_longer_than_its_deadline() {
+    let op = Operator::start_with(&["--concurrent", "1"]).await;
+    op.git.commit(
+        "infra",
+        &[("stuck/main.tf", HANGS), ("other/main.tf", CONFIG)],
+    );
+    op.apply(&op.manifest(
+        "stuck",
+        json!({"path": "stuck", "approvePlan": "auto", "timeout": "20s"}),
+    ));
+    op.wait_for("stuck", "applying", 180, |t| {
+        condition(t, "Ready").is_some_and(|(_, reason, _)| reason == "TerraformApplying")
+    })
+    .await;
+    // The one slot is held by the hung apply now.
+    let asked = Instant::now();
+    op.apply(&op.manifest("other", json!({"path": "other", "approvePlan": "auto"})));
+    op.wait_for("other", "applied while the other hangs", 240, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+    println!(
+        "figure: another object applied {:.1} s after it was created, one slot, a hung object's timeout 20 s",
+        asked.elapsed().as_secs_f64()
+    );
+    let t = op.terraforms().get("stuck").await.unwrap();
+    assert!(
+        timed_out(&t).is_some()
+            || condition(&t, "Ready").is_some_and(|(_, r, _)| r == "TerraformApplying"),
+        "{:?}",
+        condition(&t, "Ready")
+    );
+}
