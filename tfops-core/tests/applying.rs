@@ -290,3 +290,47 @@ async fn an_approval_outside_the_apply_window_waits_without_saying_applying() {
     assert_ne!(ready_of(&replanning).reason, "TerraformApplying");
     assert_eq!(ready(&w, &key).1, "ApplyWindowClosed");
 }
+
+#[tokio::test]
+async fn an_apply_stopped_at_its_timeout_fails_in_its_reason_and_the_rest_needs_a_new_approval() {
+    let w = world();
+    let key = w.create(object("vpc", json!({})));
+    reconcile(&w, &key).await;
+    w.edit(&key, |s| s.approve_plan = PLAN.into());
+    w.time_out_next_apply();
+    reconcile(&w, &key).await;
+    let (status, reason, message) = ready(&w, &key);
+    assert_eq!((status, reason.as_str()), (False, "TerraformTimedOut"));
+    assert!(message.contains("ran past its timeout"), "{message}");
+    let infra = w.lock().infra[&key].clone();
+    assert_eq!(
+        infra.state.len(),
+        1,
+        "one of the two changes made: {infra:?}"
+    );
+
+    // Retried: a new plan of the rest, which the old approval does not cover.
+    w.advance(std::time::Duration::from_secs(60));
+    reconcile(&w, &key).await;
+    // (The same revision gives the same plan id; the approval is bound to the content the
+    // person saw, which was two changes, not this one.)
+    let (_, _, message) = ready(&w, &key);
+    assert!(
+        message.starts_with(&format!(
+            "plan {PLAN} changed since it was approved (it would now do +1 ~0 -0): nothing was applied"
+        )),
+        "{message}"
+    );
+    assert_eq!(
+        w.lock().infra[&key].state.len(),
+        1,
+        "nothing applied unapproved"
+    );
+    let applies = w
+        .lock()
+        .calls
+        .iter()
+        .filter(|c| c.op == FakeOp::Apply)
+        .count();
+    assert_eq!(applies, 1);
+}

@@ -83,6 +83,8 @@ enum Action {
     /// Someone else changes the infrastructure (and state) just before the next apply runner
     /// starts, so that its plan differs from the plan runner's.
     ChangeAtHandOver,
+    /// The next apply makes one of its changes and is stopped at its timeout.
+    TimeOutApply,
 }
 
 fn edit() -> impl Strategy<Value = Edit> {
@@ -165,6 +167,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => Just(Action::LoseRunners),
         2 => Just(Action::CrashAfterApply),
         1 => Just(Action::ChangeAtHandOver),
+        2 => Just(Action::TimeOutApply),
     ]
 }
 
@@ -405,6 +408,7 @@ impl Model {
             Action::LoseRunners => w.lose_runners(),
             Action::CrashAfterApply => w.crash_after_next_apply(),
             Action::ChangeAtHandOver => w.change_before_next_apply_runner(),
+            Action::TimeOutApply => w.time_out_next_apply(),
             Action::TogglePolicy => {
                 let mut l = w.lock();
                 if l.policies.is_empty() {
@@ -448,6 +452,7 @@ impl Model {
                 .unwrap_or_default()
         };
         let real_before = real();
+        let timed_out_before = w.lock().timed_out_applies;
         // The lock held by this object's apply runner whose Pod is still there (the model's
         // own record of who holds it): nothing but a user's request may break it.
         let held_by_live_runner = {
@@ -553,6 +558,8 @@ impl Model {
         // Nothing is applied without auto or force, unless a human approved exactly what it
         // does after seeing it pending, and never without a plan made in the same session.
         let real_after = real();
+        // An apply of this reconcile was stopped at its timeout, part-way.
+        let timed_out = w.lock().timed_out_applies > timed_out_before;
         let applied_plan = w
             .lock()
             .plans
@@ -572,9 +579,15 @@ impl Model {
                     before.spec.destroy_resources_on_deletion,
                     "apply during deletion without destroyResourcesOnDeletion"
                 );
-                // (Its stored plan is gone with the object's plans: judge by what changed.)
+                // (Its stored plan is gone with the object's plans: judge by what changed.
+                // A destroy stopped at its timeout removed some of it, and changed nothing.)
                 prop_assert!(
-                    real_after.is_empty() || real_after == real_before,
+                    real_after.is_empty()
+                        || real_after == real_before
+                        || (timed_out
+                            && real_after
+                                .iter()
+                                .all(|(k, v)| real_before.get(k) == Some(v))),
                     "deletion applied something else than a destroy: {real_after:?}"
                 );
             } else if !automatic {
@@ -593,12 +606,23 @@ impl Model {
             applied = true;
         }
         if applied && !deleting && real_after != real_before {
-            prop_assert_eq!(
-                Some(diff(&real_before, &real_after)),
-                applied_plan.clone(),
-                "what changed is not the plan"
-            );
-            // An approval counts once.
+            let changed = diff(&real_before, &real_after);
+            if timed_out {
+                // Stopped part-way: what changed is part of the plan, nothing else.
+                let plan = applied_plan.clone().unwrap_or_default();
+                prop_assert!(
+                    changed.iter().all(|(k, c)| plan.get(k) == Some(c)),
+                    "a stopped apply changed what the plan does not: {changed:?}, plan {plan:?}"
+                );
+            } else {
+                prop_assert_eq!(
+                    Some(changed),
+                    applied_plan.clone(),
+                    "what changed is not the plan"
+                );
+            }
+            // An approval counts once, even for an apply stopped part-way: the rest is a new
+            // plan, to approve anew.
             self.approved[i] = None;
         }
         // An approval is for the plan that was pending when it was given: once another plan

@@ -126,6 +126,11 @@ pub struct WorldState {
     pub released: Vec<ObjectKey>,
     /// A driver crash armed with [`FakeWorld::crash_after_next_apply`].
     pub crash: Crash,
+    /// Armed with [`FakeWorld::time_out_next_apply`]: the next apply makes one of its
+    /// changes, then is stopped at its timeout.
+    pub time_out_apply: bool,
+    /// How many applies were stopped part-way at their timeout.
+    pub timed_out_applies: usize,
     /// How many status writes succeeded.
     pub status_writes: usize,
     /// `TerraformPolicy` objects.
@@ -341,6 +346,13 @@ impl FakeWorld {
     /// write anything more), leaving the status as it was written before the apply.
     pub fn crash_after_next_apply(&self) {
         self.lock().crash = Crash::Armed;
+    }
+
+    /// The next apply makes the first of its changes (in address order), then is stopped at
+    /// its timeout ([`crate::ports::PortError::TimedOut`]): what it made is in the state, the
+    /// rest is not, and its plan is used up (a stale plan, as Terraform's would be).
+    pub fn time_out_next_apply(&self) {
+        self.lock().time_out_apply = true;
     }
 
     /// When the next apply runner starts, someone else changes the object's infrastructure

@@ -80,6 +80,31 @@ impl FakeSession {
             .take()
             .ok_or_else(|| PortError::Terraform("Error: no saved plan to apply".into()))?;
         let mut w = self.world.lock();
+        if std::mem::take(&mut w.time_out_apply) {
+            w.timed_out_applies += 1;
+            let infra = w.infra.entry(self.object.clone()).or_default();
+            let first = planned
+                .keys()
+                .chain(infra.state.keys())
+                .filter(|k| planned.get(*k) != infra.state.get(*k))
+                .min()
+                .cloned();
+            if let Some(k) = first {
+                match planned.get(&k) {
+                    Some(v) => {
+                        infra.real.insert(k.clone(), v.clone());
+                        infra.state.insert(k, v.clone());
+                    }
+                    None => {
+                        infra.real.remove(&k);
+                        infra.state.remove(&k);
+                    }
+                }
+            }
+            return Err(PortError::TimedOut(
+                "terraform apply ran past its timeout of 2h and was stopped".into(),
+            ));
+        }
         let infra = w.infra.entry(self.object.clone()).or_default();
         infra.real = planned.clone();
         infra.state = planned;
