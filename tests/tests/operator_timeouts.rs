@@ -116,3 +116,40 @@ async fn with_one_slot_an_object_that_hangs_stops_another_no_longer_than_its_dea
         condition(&t, "Ready")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_runner_is_given_up_at_its_deadline_and_the_object_goes_on() {
+    let op = Operator::start_in_containers_with(&["--runner-deadline-margin", "10s"]).await;
+    op.git.commit("infra", &[("main.tf", HANGS)]);
+    op.apply(&op.manifest("frozen", json!({"approvePlan": "auto", "timeout": "20s"})));
+    op.wait_for("frozen", "applying", 180, |t| {
+        condition(t, "Ready").is_some_and(|(_, reason, _)| reason == "TerraformApplying")
+    })
+    .await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(op.admin.clone(), "team-a");
+    let pod = pods.get("frozen-tf-runner").await.unwrap();
+    let uid = pod.metadata.uid.clone().unwrap();
+    // Frozen whole (the cgroup freezer): the runner cannot stop Terraform at its deadline,
+    // nor answer the manager.
+    let paused = std::process::Command::new("podman")
+        .args(["--runtime", "runc", "pause", &format!("tfops-pod-{uid}")])
+        .status()
+        .unwrap();
+    assert!(paused.success());
+    let frozen_at = Instant::now();
+    op.git.commit("infra", &[("main.tf", FIXED)]);
+    op.wait_for(
+        "frozen",
+        "applied after the frozen runner was given up",
+        300,
+        |t| ready_with(t, "TerraformAppliedSucceed"),
+    )
+    .await;
+    println!(
+        "figure: a frozen runner's object applied again {:.1} s after the freeze (timeout 20 s, margin 10 s)",
+        frozen_at.elapsed().as_secs_f64()
+    );
+    // The frozen Pod is gone (a new one ran the fix).
+    let now = pods.get_opt("frozen-tf-runner").await.unwrap();
+    assert!(now.is_none_or(|p| p.metadata.uid.as_deref() != Some(uid.as_str())));
+}

@@ -48,6 +48,9 @@ pub struct ClusterOptions {
     pub runner_max_message: usize,
     /// Each Terraform command's timeout when the object sets none (`--default-timeout`).
     pub default_timeout: Duration,
+    /// How long past a command's timeout a silent runner is given up
+    /// (`--runner-deadline-margin`).
+    pub runner_deadline_margin: Duration,
     /// The port runner Pods serve gRPC on (`--runner-grpc-port`).
     pub runner_grpc_port: u16,
     /// Namespaces to watch, concurrency, retry wait.
@@ -74,6 +77,7 @@ impl ClusterOptions {
             cert_rotation_check: Duration::from_secs(1800),
             runner_max_message: tfops_runner::client::DEFAULT_MAX_MESSAGE,
             default_timeout: tfops_runner::client::DEFAULT_TIMEOUT,
+            runner_deadline_margin: Duration::from_secs(300),
             runner_grpc_port: tfops_kube::runner::pod::GRPC_PORT,
             controller: Settings::default(),
             pull_requests: None,
@@ -148,6 +152,7 @@ pub async fn ports(client: &kube::Client, options: &ClusterOptions) -> Result<Wi
     runner.creation_timeout = options.runner_creation_timeout;
     runner.client.max_message = options.runner_max_message;
     runner.client.default_timeout = options.default_timeout;
+    runner.client.deadline_margin = options.runner_deadline_margin;
     runner.pod.grpc_port = options.runner_grpc_port;
     let credentials = KubeCredentials::new(client.clone(), options.argocd_namespace.clone());
     let events = KubeEventSink::new(

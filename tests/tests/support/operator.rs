@@ -96,8 +96,15 @@ impl Operator {
     /// [`Operator::start`] with runner Pods run as real containers from the runner image
     /// `scripts/build-images` built (`TFOPS_RUNNER_IMAGE`), the manager told to use it.
     pub async fn start_in_containers() -> Self {
+        Self::start_in_containers_with(&[]).await
+    }
+
+    /// [`Operator::start_in_containers`] with more manager flags.
+    pub async fn start_in_containers_with(flags: &[&str]) -> Self {
         let image = super::runner_image();
-        Self::start_on(true, &["--runner-pod-image", &image]).await
+        let mut all = vec!["--runner-pod-image", image.as_str()];
+        all.extend(flags);
+        Self::start_on(true, &all).await
     }
 
     /// Everything but the manager (a test starts manager processes itself).

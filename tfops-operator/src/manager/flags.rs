@@ -44,6 +44,11 @@ pub struct Flags {
     /// runner Pod's grace period.
     #[arg(long, env = "TFOPS_DEFAULT_TIMEOUT", default_value = "2h", value_parser = go_duration)]
     pub default_timeout: Duration,
+    /// How much longer than a command's timeout the manager waits for its runner's answer
+    /// before it gives the runner up and deletes its Pod (Go duration): a frozen runner does
+    /// not stop itself at its deadline.
+    #[arg(long, env = "TFOPS_RUNNER_DEADLINE_MARGIN", default_value = "5m", value_parser = go_duration)]
+    pub runner_deadline_margin: Duration,
     /// The largest gRPC message between manager and runners, in bytes (plan files travel in
     /// one).
     #[arg(long, env = "TFOPS_RUNNER_GRPC_MAX_MESSAGE_SIZE", default_value_t = tfops_runner::client::DEFAULT_MAX_MESSAGE)]

@@ -68,6 +68,7 @@ pub fn options(
         anyhow::bail!("--default-timeout must be longer than zero");
     }
     o.default_timeout = flags.default_timeout;
+    o.runner_deadline_margin = flags.runner_deadline_margin;
     o.cert_rotation_check = flags.cert_rotation_check_frequency;
     o.argocd_namespace = flags
         .enable_argocd_credentials
