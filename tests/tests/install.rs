@@ -935,6 +935,7 @@ fn the_prometheus_rule_alerts_only_on_documented_metrics_the_manager_serves() {
             "TfopsPlanAwaitingApproval",
             "TfopsRunsFailing",
             "TfopsRunnerQueueWaitHigh",
+            "TfopsRunNearTimeout",
             "TfopsManagerAbsent",
         ],
         "the CI values turn the drift and Pending Pod alerts off and add one"
@@ -962,7 +963,7 @@ fn the_prometheus_rule_alerts_only_on_documented_metrics_the_manager_serves() {
         .as_array()
         .unwrap()
         .clone();
-    assert_eq!(rules.len(), 6);
+    assert_eq!(rules.len(), 7);
     for rule in rules.iter().chain(&rules_of_ci()) {
         let expr = rule["expr"].as_str().unwrap();
         let parsed = promql_parser::parser::parse(expr)

@@ -69,6 +69,10 @@ pub trait ReconcileObserver: Send + Sync {
     fn deleted(&self, object: &ObjectKey) {
         let _ = object;
     }
+    /// A reconcile of `object` begins (it holds one of the `--concurrent` slots now).
+    fn started(&self, object: &ObjectKey) {
+        let _ = object;
+    }
 }
 
 /// A [`ReconcileObserver`] in [`Settings`].
@@ -221,6 +225,9 @@ async fn reconcile(cached: Arc<Terraform>, ctx: Arc<Context>) -> Result<Action, 
     // The semaphore is never closed, so acquiring fails never; were it closed, the reconcile
     // would go on unlimited rather than stop.
     let permit = ctx.permits.acquire().await.ok();
+    if let Some(Observer(observer)) = &ctx.settings.observer {
+        observer.started(&key);
+    }
     let result = tokio::select! {
         r = tracing::Instrument::instrument(reconcile_once(&key, &ctx), span) => r,
         () = ctx.left_shard(&key) => {

@@ -6,6 +6,7 @@
 //! client's layer ([`super::api_client`]): API requests. Every metric is listed in
 //! `docs/metrics.md`.
 
+mod in_progress;
 mod objects;
 mod runner_pods;
 mod runs;
@@ -63,6 +64,7 @@ pub struct Metrics {
     steps: Family<StepLabels, Counter>,
     objects: Arc<objects::Objects>,
     runner_pods: Arc<runner_pods::RunnerPods>,
+    in_progress: Arc<in_progress::InProgress>,
     drift: Counter,
     runner_start: Histogram,
     runner_lifetime: Histogram,
@@ -96,6 +98,7 @@ impl Metrics {
         let duration = Histogram::new(exponential_buckets(0.01, 2.0, 16));
         let runs = Family::<RunLabels, Counter>::default();
         let steps = Family::<StepLabels, Counter>::default();
+        let in_progress = Arc::new(in_progress::InProgress::new(clock.clone()));
         let objects = Arc::new(objects::Objects::new(clock));
         let runner_pods = Arc::new(runner_pods::RunnerPods::default());
         let drift = Counter::default();
@@ -133,6 +136,7 @@ impl Metrics {
         );
         registry.register_collector(Box::new(objects.clone()));
         registry.register_collector(Box::new(runner_pods.clone()));
+        registry.register_collector(Box::new(in_progress.clone()));
         registry.register(
             "drift_detected",
             "Drift checks that found drift",
@@ -161,6 +165,7 @@ impl Metrics {
             steps,
             objects,
             runner_pods,
+            in_progress,
             drift,
             runner_start,
             runner_lifetime,
@@ -267,6 +272,7 @@ impl ReconcileObserver for Metrics {
         outcome: Result<&RunReport, &ReconcileError>,
     ) {
         self.duration.observe(took.as_secs_f64());
+        self.in_progress.ended(object);
         let result = if outcome.is_ok() { "success" } else { "error" };
         self.reconciles
             .get_or_create(&ResultLabel {
@@ -282,5 +288,10 @@ impl ReconcileObserver for Metrics {
 
     fn deleted(&self, object: &ObjectKey) {
         self.objects.forget(object);
+        self.in_progress.ended(object);
+    }
+
+    fn started(&self, object: &ObjectKey) {
+        self.in_progress.began(object);
     }
 }

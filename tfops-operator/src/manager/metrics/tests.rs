@@ -409,3 +409,47 @@ fn runs_are_counted_by_result_and_a_reconcile_that_ran_nothing_is_no_run() {
         Some(3.0)
     );
 }
+
+#[test]
+fn a_reconcile_under_way_shows_how_long_it_has_run_until_it_ends() {
+    let (m, now) = metrics();
+    let series = "tfops_reconcile_in_progress_seconds{namespace=\"team-a\",name=\"vpc\"}";
+    assert_eq!(
+        value(&m, "tfops_longest_reconcile_in_progress_seconds"),
+        Some(0.0)
+    );
+    m.started(&key("vpc"));
+    now.store(10, Ordering::Relaxed);
+    m.started(&key("dns"));
+    now.store(7200, Ordering::Relaxed);
+    assert_eq!(value(&m, series), Some(7200.0));
+    assert_eq!(
+        value(&m, "tfops_longest_reconcile_in_progress_seconds"),
+        Some(7200.0)
+    );
+    let stopped = report(
+        vec![failed(StepKind::Apply, 7200, Reason::TerraformTimedOut)],
+        ConditionStatus::False,
+        Reason::TerraformTimedOut,
+        7200,
+    );
+    feed(&m, "vpc", &stopped);
+    assert_eq!(value(&m, series), None, "gone once it ended");
+    assert_eq!(
+        value(&m, "tfops_longest_reconcile_in_progress_seconds"),
+        Some(7190.0)
+    );
+    assert_eq!(
+        value(
+            &m,
+            "tfops_runs_total{result=\"failed\",reason=\"TerraformTimedOut\"}"
+        ),
+        Some(1.0),
+        "a run stopped at its timeout is counted by its reason"
+    );
+    m.deleted(&key("dns"));
+    assert_eq!(
+        value(&m, "tfops_longest_reconcile_in_progress_seconds"),
+        Some(0.0)
+    );
+}
