@@ -2,8 +2,10 @@
 //! core's runner-session port on it (`session`).
 
 mod session;
+mod setup;
 
-pub use session::{Session, setup_request, uses_tfops_backend};
+pub use session::Session;
+pub use setup::{setup_request, uses_tfops_backend};
 
 use std::future::Future;
 

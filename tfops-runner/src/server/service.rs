@@ -222,37 +222,8 @@ impl RunnerService {
         let task_entry = entry.clone();
         let (logged_id, name) = (run_id, command_name(&command));
         tokio::spawn(async move {
-            let (log_tx, mut log_rx) = mpsc::unbounded_channel::<(LineStream, String)>();
-            let lines_entry = task_entry.clone();
-            let forward = tokio::spawn(async move {
-                while let Some((stream, line)) = log_rx.recv().await {
-                    // Also in the Pod's log, for `kubectl logs` and `tfops logs -f`.
-                    let from = match stream {
-                        LineStream::Stdout => "stdout",
-                        LineStream::Stderr => "stderr",
-                    };
-                    tracing::info!(
-                        target: crate::OUTPUT_TARGET,
-                        run_id = %logged_id,
-                        command = name,
-                        stream = from,
-                        message = %line
-                    );
-                    let mut lines = lock(&lines_entry.lines);
-                    if lines.len() < max_lines {
-                        lines.push(proto::LogLine {
-                            stream: match stream {
-                                LineStream::Stdout => proto::log_line::Stream::Stdout as i32,
-                                LineStream::Stderr => proto::log_line::Stream::Stderr as i32,
-                            },
-                            line,
-                        });
-                    }
-                    let n = lines.len() as u64;
-                    drop(lines);
-                    lines_entry.version.send_replace(n);
-                }
-            });
+            let (log_tx, log_rx) = mpsc::unbounded_channel::<(LineStream, String)>();
+            let forward = forward_lines(task_entry.clone(), log_rx, logged_id, name, max_lines);
             let io = Io {
                 log: log_tx,
                 cancel: cancel_rx,
@@ -293,4 +264,44 @@ fn busy(runs: &HashMap<String, Arc<RunEntry>>, what: &str) -> Result<(), Status>
         ))),
         None => Ok(()),
     }
+}
+
+/// Forwards a command's lines to its entry (kept for re-attaching, at most `max_lines`) and
+/// to the Pod's log, until the command's sender is gone.
+fn forward_lines(
+    lines_entry: Arc<RunEntry>,
+    mut log_rx: mpsc::UnboundedReceiver<(LineStream, String)>,
+    logged_id: String,
+    name: &'static str,
+    max_lines: usize,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some((stream, line)) = log_rx.recv().await {
+            // Also in the Pod's log, for `kubectl logs` and `tfops logs -f`.
+            let from = match stream {
+                LineStream::Stdout => "stdout",
+                LineStream::Stderr => "stderr",
+            };
+            tracing::info!(
+                target: crate::OUTPUT_TARGET,
+                run_id = %logged_id,
+                command = name,
+                stream = from,
+                message = %line
+            );
+            let mut lines = lock(&lines_entry.lines);
+            if lines.len() < max_lines {
+                lines.push(proto::LogLine {
+                    stream: match stream {
+                        LineStream::Stdout => proto::log_line::Stream::Stdout as i32,
+                        LineStream::Stderr => proto::log_line::Stream::Stderr as i32,
+                    },
+                    line,
+                });
+            }
+            let n = lines.len() as u64;
+            drop(lines);
+            lines_entry.version.send_replace(n);
+        }
+    })
 }

@@ -85,6 +85,29 @@ impl Default for Metrics {
     }
 }
 
+/// The forge's metrics: requests to its API, pull requests' plans, webhook deliveries.
+fn register_forge(
+    registry: &mut Registry,
+    pulls: &crate::pulls::PullMetrics,
+    webhooks: &Family<WebhookLabels, Counter>,
+) {
+    registry.register(
+        "forge_requests",
+        "Requests to forges' APIs (pull requests, comments, statuses), by HTTP method and status code (0: no answer)",
+        pulls.forge_requests.clone(),
+    );
+    registry.register(
+        "pull_request_plans",
+        "Plans of pull requests by result (planned, failed, cancelled, superseded)",
+        pulls.plans.clone(),
+    );
+    registry.register(
+        "webhook_deliveries",
+        "Forge webhook deliveries, by event and result (accepted, duplicate, ignored, refused, invalid, standby)",
+        webhooks.clone(),
+    );
+}
+
 impl Metrics {
     /// Every metric registered under the `tfops` prefix.
     pub fn new() -> Self {
@@ -107,21 +130,7 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         let webhooks = Family::<WebhookLabels, Counter>::default();
         let pulls = crate::pulls::PullMetrics::default();
-        registry.register(
-            "forge_requests",
-            "Requests to forges' APIs (pull requests, comments, statuses), by HTTP method and status code (0: no answer)",
-            pulls.forge_requests.clone(),
-        );
-        registry.register(
-            "pull_request_plans",
-            "Plans of pull requests by result (planned, failed, cancelled, superseded)",
-            pulls.plans.clone(),
-        );
-        registry.register(
-            "webhook_deliveries",
-            "Forge webhook deliveries, by event and result (accepted, duplicate, ignored, refused, invalid, standby)",
-            webhooks.clone(),
-        );
+        register_forge(&mut registry, &pulls, &webhooks);
         registry.register("reconciles", "Reconciles by result", reconciles.clone());
         registry.register(
             "reconcile_duration_seconds",
