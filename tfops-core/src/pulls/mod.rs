@@ -22,7 +22,7 @@ pub use forge::{Forge, Merged};
 pub use merged::{AfterMerge, ApprovalLine, after_merge, approvals_section};
 pub use plans::{PlanAction, PlanRef, plans_to_make};
 pub use speculative::{SpeculativePlan, at_commit, plan_pull_request, replaced};
-pub use statuses::{AGGREGATE_CONTEXT, CommitState, CommitStatus, context, statuses};
+pub use statuses::{AGGREGATE_CONTEXT, CommitState, CommitStatus, context, replaces, statuses};
 pub use trust::{PLAN_COMMAND, PullComment, Trust, trust};
 
 use crate::api::{ForgeRepository, ObjectKey, TerraformObject};

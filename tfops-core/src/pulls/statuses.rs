@@ -44,6 +44,20 @@ pub struct CommitStatus {
     pub description: String,
 }
 
+/// Whether `next` is to be sent for a head whose status of the same context was last sent as
+/// `sent` (state and description; none: never sent). Only a change is sent, and a status only
+/// moves forward for a head: a verdict (success, failure) is never replaced by `pending`. A
+/// pass that sees the head's plan as neither stored nor under way (a read of the stored plans
+/// that lags the store that just ended the plan) would otherwise take the verdict back; a new
+/// plan of the same head replaces the verdict with its own when it ends.
+pub fn replaces(sent: Option<(CommitState, &str)>, next: &CommitStatus) -> bool {
+    match sent {
+        None => true,
+        Some((state, description)) if state == next.state => description != next.description,
+        Some((state, _)) => state == CommitState::Pending || next.state != CommitState::Pending,
+    }
+}
+
 /// The status context of `key`'s plan.
 pub fn context(key: &ObjectKey) -> String {
     format!("{AGGREGATE_CONTEXT}/{}/{}", key.namespace, key.name)
@@ -147,4 +161,51 @@ pub(super) fn cut(text: &str, max: usize) -> String {
 /// `text` on one line: every run of whitespace (newlines included) one space.
 pub(super) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod replacing {
+    use super::*;
+
+    fn status(state: CommitState, description: &str) -> CommitStatus {
+        CommitStatus {
+            context: AGGREGATE_CONTEXT.into(),
+            state,
+            description: description.into(),
+        }
+    }
+
+    #[test]
+    fn a_verdict_is_never_taken_back_by_pending_and_changes_are_sent_once() {
+        use CommitState::*;
+        let planning = status(Pending, "planning");
+        assert!(replaces(None, &planning), "the first is sent");
+        assert!(
+            !replaces(Some((Pending, "planning")), &planning),
+            "sent once"
+        );
+        for verdict in [Success, Failure] {
+            assert!(replaces(
+                Some((Pending, "planning")),
+                &status(verdict, "+1 ~0 -0")
+            ));
+            assert!(
+                !replaces(Some((verdict, "+1 ~0 -0")), &planning),
+                "{verdict:?} taken back by pending"
+            );
+        }
+        // A new verdict for the same head (a new plan of it ended) replaces the old one.
+        assert!(replaces(
+            Some((Success, "+1 ~0 -0")),
+            &status(Failure, "denied")
+        ));
+        assert!(replaces(
+            Some((Failure, "plan failed")),
+            &status(Success, "+0 ~1 -0")
+        ));
+        assert!(!replaces(
+            Some((Success, "+1 ~0 -0")),
+            &status(Success, "+1 ~0 -0")
+        ));
+    }
 }

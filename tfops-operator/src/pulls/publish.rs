@@ -11,12 +11,15 @@ use tfops_kube::pull_plans::{StoredPullPlan, pull_plan_name};
 
 use super::{Group, Open, Shared};
 
+/// A status as sent: (repository, sha, context).
+type StatusKey = (String, String, String);
+
 /// What was last sent to the forge: comment bodies by (repository, pull request), statuses by
 /// (repository, sha, context). Lost on restart, which only sends each once more.
 #[derive(Default)]
 pub(crate) struct Published {
     comments: Mutex<BTreeMap<(String, u64), String>>,
-    statuses: Mutex<BTreeMap<(String, String, String), String>>,
+    statuses: Mutex<BTreeMap<StatusKey, (pulls::CommitState, String)>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -92,13 +95,15 @@ pub(crate) async fn publish(
             pull.head_sha.clone(),
             status.context.clone(),
         );
-        let said = format!("{}: {}", status.state.as_str(), status.description);
-        if locked(&shared.published.statuses).get(&key) == Some(&said) {
+        let sent = locked(&shared.published.statuses)
+            .get(&key)
+            .map(|(state, said)| (*state, said.clone()));
+        if !pulls::replaces(sent.as_ref().map(|(s, d)| (*s, d.as_str())), &status) {
             continue;
         }
-        tracing::debug!(pull = pull.number, sha = %pull.head_sha, context = %status.context, status = %said, "setting a commit status");
+        tracing::debug!(pull = pull.number, sha = %pull.head_sha, context = %status.context, state = status.state.as_str(), description = %status.description, "setting a commit status");
         forge.set_status(&pull.head_sha, &status, "").await?;
-        locked(&shared.published.statuses).insert(key, said);
+        locked(&shared.published.statuses).insert(key, (status.state, status.description.clone()));
     }
     Ok(())
 }
