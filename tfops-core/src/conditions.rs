@@ -142,6 +142,10 @@ string_enum!(
         /// grace period if it did not end. The message names the command; what an
         /// interrupted apply created is in the state, and the run is retried with the backoff.
         TerraformTimedOut,
+        /// A user stopped the run (`tfops cancel`, the Argo CD cancel action, the
+        /// `infra.argocd.io/cancel` annotation); the message says who. The next run starts at
+        /// `spec.interval`, not with the backoff.
+        RunCancelled,
         /// The source could not be resolved or fetched.
         SourceFetchFailed,
         /// Something the source names does not exist (the repository, its ref or commit, a

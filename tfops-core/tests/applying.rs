@@ -334,3 +334,18 @@ async fn an_apply_stopped_at_its_timeout_fails_in_its_reason_and_the_rest_needs_
         .count();
     assert_eq!(applies, 1);
 }
+
+#[tokio::test]
+async fn an_apply_a_user_stops_says_who_and_is_not_retried_before_the_interval() {
+    let w = world();
+    let key = w.create(object("vpc", json!({"approvePlan": "auto"})));
+    w.stop_next_apply("alice (annotation infra.argocd.io/cancel=alice@1)");
+    let report = reconcile(&w, &key).await;
+    let (status, reason, message) = ready(&w, &key);
+    assert_eq!((status, reason.as_str()), (False, "RunCancelled"));
+    assert!(message.contains("stopped by alice"), "{message}");
+    // Not started again at once, as a failure's backoff would.
+    let interval = std::time::Duration::from_secs(600);
+    assert_eq!(report.requeue_after, Some(interval), "{report:?}");
+    assert_eq!(w.lock().infra[&key].state.len(), 1, "what it made is kept");
+}

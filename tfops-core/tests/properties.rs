@@ -85,6 +85,8 @@ enum Action {
     ChangeAtHandOver,
     /// The next apply makes one of its changes and is stopped at its timeout.
     TimeOutApply,
+    /// The next apply makes one of its changes and is stopped by a user.
+    StopApply,
 }
 
 fn edit() -> impl Strategy<Value = Edit> {
@@ -168,6 +170,7 @@ fn action() -> impl Strategy<Value = Action> {
         2 => Just(Action::CrashAfterApply),
         1 => Just(Action::ChangeAtHandOver),
         2 => Just(Action::TimeOutApply),
+        1 => Just(Action::StopApply),
     ]
 }
 
@@ -409,6 +412,7 @@ impl Model {
             Action::CrashAfterApply => w.crash_after_next_apply(),
             Action::ChangeAtHandOver => w.change_before_next_apply_runner(),
             Action::TimeOutApply => w.time_out_next_apply(),
+            Action::StopApply => w.stop_next_apply("alice"),
             Action::TogglePolicy => {
                 let mut l = w.lock();
                 if l.policies.is_empty() {
@@ -452,7 +456,7 @@ impl Model {
                 .unwrap_or_default()
         };
         let real_before = real();
-        let timed_out_before = w.lock().timed_out_applies;
+        let timed_out_before = w.lock().interrupted_applies;
         // The lock held by this object's apply runner whose Pod is still there (the model's
         // own record of who holds it): nothing but a user's request may break it.
         let held_by_live_runner = {
@@ -558,8 +562,8 @@ impl Model {
         // Nothing is applied without auto or force, unless a human approved exactly what it
         // does after seeing it pending, and never without a plan made in the same session.
         let real_after = real();
-        // An apply of this reconcile was stopped at its timeout, part-way.
-        let timed_out = w.lock().timed_out_applies > timed_out_before;
+        // An apply of this reconcile was stopped part-way (its timeout, or a user).
+        let timed_out = w.lock().interrupted_applies > timed_out_before;
         let applied_plan = w
             .lock()
             .plans

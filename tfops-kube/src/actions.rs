@@ -104,6 +104,9 @@ pub enum Request {
     /// The [`annotations::SUSPEND`] annotation removed and `spec.suspend: false` (as the Argo CD
     /// resume action does).
     Resume,
+    /// The run under way stopped ([`annotations::CANCEL`], naming who asks as the API server
+    /// knows them).
+    Cancel,
 }
 
 /// What [`Actions::approve`] approved.
@@ -339,8 +342,28 @@ impl Actions {
                 "metadata": {"annotations": {annotations::SUSPEND: null}},
                 "spec": {"suspend": false},
             }),
+            Request::Cancel => json!({"metadata": {"annotations": {
+                annotations::CANCEL: format!("{}@{}", self.who_am_i().await, token()),
+            }}}),
         };
         self.edit(key, "editing", |_| Ok((patch.clone(), ()))).await
+    }
+
+    /// Who this client is, as the API server knows it (a SelfSubjectReview), or `tfops cancel`
+    /// when it cannot tell.
+    async fn who_am_i(&self) -> String {
+        use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+        let reviews: kube::Api<SelfSubjectReview> = kube::Api::all(self.client.clone());
+        reviews
+            .create(
+                &kube::api::PostParams::default(),
+                &SelfSubjectReview::default(),
+            )
+            .await
+            .ok()
+            .and_then(|r| r.status?.user_info?.username)
+            .filter(|u| !u.is_empty() && !u.contains('@'))
+            .unwrap_or_else(|| "tfops cancel".into())
     }
 
     /// Asks for the state lock the status records (`lock_id`, when given, must be it) to be

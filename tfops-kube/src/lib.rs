@@ -33,6 +33,7 @@ pub mod resource;
 pub mod runner;
 pub mod runner_stores;
 pub mod state;
+pub mod stops;
 pub mod validation;
 pub mod watch_backoff;
 pub mod yaml;

@@ -153,6 +153,8 @@ pub async fn ports(client: &kube::Client, options: &ClusterOptions) -> Result<Wi
     runner.client.max_message = options.runner_max_message;
     runner.client.default_timeout = options.default_timeout;
     runner.client.deadline_margin = options.runner_deadline_margin;
+    // The controller's reconciles a user may stop; their runner sessions are told.
+    runner.stops = Some(options.controller.stops.clone());
     runner.pod.grpc_port = options.runner_grpc_port;
     let credentials = KubeCredentials::new(client.clone(), options.argocd_namespace.clone());
     let events = KubeEventSink::new(

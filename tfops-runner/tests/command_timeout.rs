@@ -1,7 +1,7 @@
 //! A command's timeout (`spec.timeout`) with the real binaries: a hung apply is interrupted as
 //! Ctrl-C does, so what it made is in the state and its lock is free; a plan that ignores the
 //! interrupt is killed after the grace period. Either way the controller gets `TimedOut`,
-//! naming the command.
+//! naming the command. A user's stop interrupts an apply the same way, saying who.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -12,6 +12,7 @@ use common::*;
 use test_case::test_case;
 use tfops_core::api::Binary;
 use tfops_core::ports::{PlanKind, PlanRequest, PortError, RunnerSession, SetupRequest};
+use tfops_runner::client::Session;
 
 fn plan() -> PlanRequest {
     PlanRequest {
@@ -22,7 +23,7 @@ fn plan() -> PlanRequest {
 }
 
 /// A session set up for `config` with `spec.timeout` `timeout`, and the runner it talks to.
-async fn set_up(binary: Binary, config: &str, timeout: &str) -> (impl RunnerSession, Runner) {
+async fn set_up(binary: Binary, config: &str, timeout: &str) -> (Session, Runner) {
     let pki = pki();
     let runner = start_runner(server_tls(&pki, "team-a")).await;
     let tree = tempfile::tempdir().unwrap();
@@ -136,4 +137,39 @@ async fn a_plan_that_ignores_the_interrupt_is_killed_after_the_grace_period() {
         began.elapsed()
     );
     s.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_users_stop_interrupts_an_apply_and_says_who() {
+    let secs = 6137;
+    let config = format!(
+        "resource \"terraform_data\" \"first\" {{\n  input = \"made\"\n}}\nresource \"terraform_data\" \"hangs\" {{\n  depends_on = [terraform_data.first]\n  provisioner \"local-exec\" {{\n    command = \"exec sleep {secs}\"\n  }}\n}}\n"
+    );
+    let (mut s, _runner) = set_up(Binary::Terraform, &config, "1h").await;
+    let (stop, stopping) = tokio::sync::watch::channel(None);
+    s.stop_on(stopping);
+    s.plan(&plan()).await.unwrap();
+    let sleep = format!("sleep\0{secs}\0");
+    let asked = tokio::spawn(async move {
+        // Once the provisioner runs, the apply is under way: a user stops it.
+        while running(sleep.as_bytes()) == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        stop.send_replace(Some("alice".to_string()));
+        stop
+    });
+    let stopped = s.apply("apply-1").await.unwrap_err();
+    let _stop = asked.await.unwrap();
+    let PortError::Stopped(why) = &stopped else {
+        panic!("{stopped:?}")
+    };
+    assert!(why.starts_with("stopped by alice"), "{why}");
+    // The stop holds for the rest of the session: the run is over.
+    let later = s.inventory().await.unwrap_err();
+    assert!(matches!(later, PortError::Stopped(_)), "{later:?}");
+    assert_eq!(
+        running(format!("sleep\0{secs}\0").as_bytes()),
+        0,
+        "the provisioner was stopped"
+    );
 }

@@ -60,6 +60,7 @@ pub mod annotations {
     //! | suspend / resume | `spec.suspend: true` / `false` |
     //! | force-unlock | [`FORCE_UNLOCK`] set to `status.lock.pending` plus a new [`RECONCILE`] value (or `spec.tfstate.forceUnlock: yes` with `lockIdentifier`) |
     //! | reconcile now | [`RECONCILE`] set to a new value (a timestamp) |
+    //! | cancel | [`CANCEL`] set to `argocd@<a timestamp>`: the run under way stops |
     //!
     //! An approval counts once, and only for the plan that was pending when it was given: the
     //! value of `spec.approvePlan` and of the [`APPROVE`] annotation are recorded when a plan
@@ -89,6 +90,18 @@ pub mod annotations {
     /// A lock id: releases the state lock with that id once (`terraform force-unlock`) when it
     /// equals `status.lock.pending`, on the next run (set a new [`RECONCILE`] value to run now).
     pub const FORCE_UNLOCK: &str = "infra.argocd.io/force-unlock";
+    /// `<who>@<token>` (any new value): stops the run under way now. A plan or drift check
+    /// ends; an apply is interrupted as Ctrl-C does (Terraform writes the state and releases
+    /// its lock; killed only after the runner Pod's grace period). The run ends with reason
+    /// `RunCancelled`, saying who (the part before `@`), and the next starts at `spec.interval`.
+    /// A value set while no run is under way stops nothing. `tfops cancel` and the Argo CD
+    /// cancel action set it.
+    pub const CANCEL: &str = "infra.argocd.io/cancel";
+
+    /// Who a [`CANCEL`] value names: the part before the last `@`, or the whole value.
+    pub fn cancelled_by(value: &str) -> &str {
+        value.rsplit_once('@').map_or(value, |(who, _)| who).trim()
+    }
 
     /// The plan id an [`APPROVE`] value names: the part before the first `@`.
     pub fn approved_plan_id(value: &str) -> &str {

@@ -75,6 +75,10 @@ pub enum PortError {
     /// names the command, the timeout and how it was stopped.
     #[error("{0}")]
     TimedOut(String),
+    /// A user stopped the run ([`crate::api::annotations::CANCEL`]); the text says who and
+    /// what was stopped.
+    #[error("{0}")]
+    Stopped(String),
 }
 
 /// Every port the driver uses.

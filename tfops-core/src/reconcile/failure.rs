@@ -14,6 +14,7 @@ pub fn failure(step: StepKind, sub: SubStep, error: &PortError) -> StepFailure {
     let reason = match (error, step) {
         (PortError::StateLocked { .. }, _) => Reason::LockHeld,
         (PortError::TimedOut(_), _) => Reason::TerraformTimedOut,
+        (PortError::Stopped(_), _) => Reason::RunCancelled,
         (PortError::AccessDenied(_), _) => Reason::AccessDenied,
         (PortError::TlsRefused(_), _) => Reason::RunnerConnectionFailed,
         (PortError::QuotaExhausted(_), StepKind::StartRunner | StepKind::StartApplyRunner) => {

@@ -57,7 +57,8 @@ impl Trigger {
 }
 
 /// How long after a failed run the next one starts: `spec.interval` when what the source
-/// names does not exist ([`Reason::SourceNotFound`]: only a person can create it), else
+/// names does not exist ([`Reason::SourceNotFound`]: only a person can create it) or a user
+/// stopped the run ([`Reason::RunCancelled`]: not to be started again at once), else
 /// [`backoff`].
 pub fn retry_wait(
     reason: Reason,
@@ -65,7 +66,7 @@ pub fn retry_wait(
     interval: Duration,
     failures: i64,
 ) -> Duration {
-    if reason == Reason::SourceNotFound {
+    if matches!(reason, Reason::SourceNotFound | Reason::RunCancelled) {
         interval
     } else {
         backoff(retry_interval, interval, failures)
@@ -133,14 +134,11 @@ pub fn due(
             return Err(None);
         }
         // The last failure's reason, as the Ready condition keeps it.
-        let not_found = crate::conditions::find(&status.conditions, ConditionType::Ready)
-            .is_some_and(|c| c.reason == Reason::SourceNotFound.as_str());
+        let last = crate::conditions::find(&status.conditions, ConditionType::Ready)
+            .and_then(|c| c.reason_code())
+            .filter(|r| matches!(r, Reason::SourceNotFound | Reason::RunCancelled));
         let wait = retry_wait(
-            if not_found {
-                Reason::SourceNotFound
-            } else {
-                Reason::Progressing
-            },
+            last.unwrap_or(Reason::Progressing),
             spec.retry_interval,
             spec.interval,
             status.reconciliation_failures,

@@ -126,11 +126,11 @@ pub struct WorldState {
     pub released: Vec<ObjectKey>,
     /// A driver crash armed with [`FakeWorld::crash_after_next_apply`].
     pub crash: Crash,
-    /// Armed with [`FakeWorld::time_out_next_apply`]: the next apply makes one of its
-    /// changes, then is stopped at its timeout.
-    pub time_out_apply: bool,
-    /// How many applies were stopped part-way at their timeout.
-    pub timed_out_applies: usize,
+    /// Armed with [`FakeWorld::time_out_next_apply`] or [`FakeWorld::stop_next_apply`]: the
+    /// next apply makes one of its changes, then ends with this error.
+    pub interrupt_apply: Option<crate::ports::PortError>,
+    /// How many applies were interrupted part-way (timed out or stopped by a user).
+    pub interrupted_applies: usize,
     /// How many status writes succeeded.
     pub status_writes: usize,
     /// `TerraformPolicy` objects.
@@ -352,7 +352,17 @@ impl FakeWorld {
     /// its timeout ([`crate::ports::PortError::TimedOut`]): what it made is in the state, the
     /// rest is not, and its plan is used up (a stale plan, as Terraform's would be).
     pub fn time_out_next_apply(&self) {
-        self.lock().time_out_apply = true;
+        self.lock().interrupt_apply = Some(crate::ports::PortError::TimedOut(
+            "terraform apply ran past its timeout of 2h and was stopped".into(),
+        ));
+    }
+
+    /// As [`FakeWorld::time_out_next_apply`], the apply stopped by `who`
+    /// ([`crate::ports::PortError::Stopped`]).
+    pub fn stop_next_apply(&self, who: &str) {
+        self.lock().interrupt_apply = Some(crate::ports::PortError::Stopped(format!(
+            "stopped by {who}: the command was interrupted as Ctrl-C does"
+        )));
     }
 
     /// When the next apply runner starts, someone else changes the object's infrastructure

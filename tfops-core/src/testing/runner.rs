@@ -80,8 +80,8 @@ impl FakeSession {
             .take()
             .ok_or_else(|| PortError::Terraform("Error: no saved plan to apply".into()))?;
         let mut w = self.world.lock();
-        if std::mem::take(&mut w.time_out_apply) {
-            w.timed_out_applies += 1;
+        if let Some(interrupted) = w.interrupt_apply.take() {
+            w.interrupted_applies += 1;
             let infra = w.infra.entry(self.object.clone()).or_default();
             let first = planned
                 .keys()
@@ -101,9 +101,7 @@ impl FakeSession {
                     }
                 }
             }
-            return Err(PortError::TimedOut(
-                "terraform apply ran past its timeout of 2h and was stopped".into(),
-            ));
+            return Err(interrupted);
         }
         let infra = w.infra.entry(self.object.clone()).or_default();
         infra.real = planned.clone();

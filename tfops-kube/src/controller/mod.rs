@@ -16,7 +16,7 @@ mod stores;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -109,6 +109,9 @@ pub struct Settings {
     /// Where the controller shares its caches of `Terraform` objects (one per watched scope)
     /// once it runs, for other loops of the process to read instead of listing.
     pub stores: SharedStores,
+    /// The reconciles under way a user may stop (the cancel annotation); shared with the
+    /// runner port, whose sessions it stops.
+    pub stops: Arc<crate::stops::Stops>,
 }
 
 impl Default for Settings {
@@ -122,6 +125,7 @@ impl Default for Settings {
             source_poll_interval: Some(DEFAULT_SOURCE_POLL_INTERVAL),
             poll_now: None,
             stores: SharedStores::default(),
+            stops: Arc::default(),
         }
     }
 }
@@ -228,6 +232,7 @@ async fn reconcile(cached: Arc<Terraform>, ctx: Arc<Context>) -> Result<Action, 
     if let Some(Observer(observer)) = &ctx.settings.observer {
         observer.started(&key);
     }
+    let _stoppable = ctx.settings.stops.begin(&key, &cached);
     let result = tokio::select! {
         r = tracing::Instrument::instrument(reconcile_once(&key, &ctx), span) => r,
         () = ctx.left_shard(&key) => {
@@ -386,11 +391,14 @@ fn controller(
             .collect::<Vec<_>>()
     };
     let selected = watcher::Config::default().labels(&settings.shard.selector());
+    let stops = settings.stops.clone();
     let objects = watcher(scope.api.clone(), selected.clone())
         .backoff(watch_backoff())
         .modify(slim)
         .reflect(scope.writer)
-        .applied_objects();
+        .applied_objects()
+        // (A reconcile under way would see a new cancel value only once it ended.)
+        .inspect_ok(move |tf| stops.seen(tf));
     let wake = queues.clone();
     kube_runtime::Controller::for_stream(objects, scope.reader)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))

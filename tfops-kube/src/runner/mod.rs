@@ -37,6 +37,9 @@ pub struct RunnerSettings {
     pub creation_timeout: Duration,
     /// The gRPC client's settings.
     pub client: ClientConfig,
+    /// The reconciles a user may stop ([`crate::controller::Settings::stops`]): a session
+    /// of one of them stops its command when told.
+    pub stops: Option<Arc<crate::stops::Stops>>,
 }
 
 impl RunnerSettings {
@@ -46,6 +49,7 @@ impl RunnerSettings {
             pod: PodSettings::from_env(image),
             creation_timeout: Duration::from_secs(120),
             client: ClientConfig::default(),
+            stops: None,
         }
     }
 }
@@ -262,6 +266,14 @@ impl KubeRunnerPort {
             .named(&name);
         if attaching {
             session.learn().await?;
+        }
+        if let Some(stop) = self
+            .settings
+            .stops
+            .as_ref()
+            .and_then(|s| s.signal(&object.key()))
+        {
+            session.stop_on(stop);
         }
         let watch = PodWatch::new(
             self.pods(namespace),

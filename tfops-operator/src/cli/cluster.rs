@@ -241,7 +241,7 @@ pub async fn approve(args: ApproveArgs) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-/// `tfops replan|reconcile|suspend|resume`.
+/// `tfops replan|reconcile|suspend|resume|cancel`.
 ///
 /// # Errors
 /// The cluster's.
@@ -254,6 +254,9 @@ pub async fn request(args: NameArgs, request: Request) -> anyhow::Result<bool> {
         Request::Replan => "a fresh plan was requested",
         Request::Suspend => "suspended: no runs until `tfops resume`",
         Request::Resume => "resumed",
+        Request::Cancel => {
+            "the run under way (if any) is asked to stop: a plan ends, an apply is interrupted as Ctrl-C does; see `tfops get`"
+        }
     };
     println!("{key}: {done}");
     Ok(true)

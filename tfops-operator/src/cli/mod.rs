@@ -53,6 +53,9 @@ pub enum Command {
     Resume(cluster::NameArgs),
     /// Release a held state lock, after showing who holds it.
     Unlock(cluster::UnlockArgs),
+    /// Stop the run under way (the `infra.argocd.io/cancel` annotation, naming you): a plan
+    /// or drift check ends, an apply is interrupted as Ctrl-C does.
+    Cancel(cluster::NameArgs),
     /// The last runs of an object: when, why, what revision and plan, the result.
     History(cluster::NameArgs),
     /// Terraform's output of a run (the newest by default), as kept in the run history.
@@ -127,6 +130,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Reconcile(args) => cluster::request(args, cluster::Request::Reconcile).await,
         Command::Suspend(args) => cluster::request(args, cluster::Request::Suspend).await,
         Command::Resume(args) => cluster::request(args, cluster::Request::Resume).await,
+        Command::Cancel(args) => cluster::request(args, cluster::Request::Cancel).await,
         Command::Unlock(args) => cluster::unlock(args).await,
         Command::History(args) => cluster::history(args).await,
         Command::Logs(args) => cluster::logs(args).await,

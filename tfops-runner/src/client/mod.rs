@@ -3,9 +3,11 @@
 
 mod session;
 mod setup;
+mod stop;
 
 pub use session::Session;
 pub use setup::{setup_request, uses_tfops_backend};
+pub use stop::StopSignal;
 
 use std::future::Future;
 

@@ -10,6 +10,7 @@ use tfops_core::ports::{
 };
 
 use super::setup::{command_timeout, hand_over, setup_request};
+use super::stop::{StopSignal, stoppable};
 use super::{ClientError, RunnerClient};
 use crate::proto::{self, run_request::Command};
 
@@ -93,6 +94,8 @@ pub struct Session {
     timeout: Option<std::time::Duration>,
     /// A command outlived its timeout and the margin: the runner answers nothing.
     gave_up: bool,
+    /// Says who stops the run ([`Session::stop_on`]).
+    stop: Option<StopSignal>,
 }
 
 impl Session {
@@ -115,7 +118,14 @@ impl Session {
             handed: None,
             timeout: None,
             gave_up: false,
+            stop: None,
         })
+    }
+
+    /// Stops the command under way (and every later one) once `stop` says who stops the run:
+    /// the runner interrupts it as Ctrl-C does, and it fails with [`PortError::Stopped`].
+    pub fn stop_on(&mut self, stop: StopSignal) {
+        self.stop = Some(stop);
     }
 
     /// Whether a command outlived its timeout plus the controller's margin, unanswered: the
@@ -173,6 +183,13 @@ impl Session {
         command: Option<Command>,
     ) -> Result<proto::RunResult, PortError> {
         let config = self.client.config.clone();
+        // Stopped before it began (the run was stopped at an earlier command): not started.
+        if let Some(who) = self.stop.as_ref().and_then(|s| s.borrow().clone()) {
+            return Err(PortError::Stopped(format!(
+                "stopped by {who}: not started, the run had been stopped"
+            )));
+        }
+        let (mut canceller, mut stop) = (self.client.clone(), self.stop.clone());
         let attempt = async {
             let original = command.clone();
             let mut command = command;
@@ -209,8 +226,9 @@ impl Session {
         let deadline = self
             .timeout
             .map_or(config.command_deadline, |t| t + config.deadline_margin);
-        let result = match tokio::time::timeout(deadline, attempt).await {
-            Ok(r) => r.map_err(port_error)?,
+        let watched = stoppable(attempt, &mut stop, &mut canceller, id);
+        let (result, stopped_by) = match tokio::time::timeout(deadline, watched).await {
+            Ok((r, by)) => (r.map_err(port_error)?, by),
             Err(_) => {
                 self.gave_up = true;
                 let _ = tokio::time::timeout(config.connect_timeout, self.client.cancel(id)).await;
@@ -220,9 +238,12 @@ impl Session {
                 )));
             }
         };
-        match result_error(&result) {
-            Some(e) => Err(e),
-            None => Ok(result),
+        match (result_error(&result), stopped_by) {
+            (Some(PortError::Cancelled), Some(who)) => Err(PortError::Stopped(format!(
+                "stopped by {who}: the command was interrupted as Ctrl-C does"
+            ))),
+            (Some(e), _) => Err(e),
+            (None, _) => Ok(result),
         }
     }
 }

@@ -16,6 +16,14 @@ for _, c in ipairs(status.conditions or {}) do
   end
 end
 
+-- A run under way (the Reconciling condition) can be stopped.
+local running = false
+for _, c in ipairs(status.conditions or {}) do
+  if c.type == "Reconciling" and c.status == "True" then
+    running = true
+  end
+end
+
 actions["approve"] = {
   ["disabled"] = plan.pending == nil or plan.pending == "" or applying,
   ["iconClass"] = "fa fa-fw fa-check",
@@ -46,5 +54,10 @@ actions["force-unlock"] = {
   ["disabled"] = lock.pending == nil or lock.pending == "",
   ["iconClass"] = "fa fa-fw fa-unlock",
   ["displayName"] = "Force-unlock state",
+}
+actions["cancel"] = {
+  ["disabled"] = not running,
+  ["iconClass"] = "fa fa-fw fa-stop",
+  ["displayName"] = "Stop the run",
 }
 return actions
