@@ -153,3 +153,55 @@ async fn a_frozen_runner_is_given_up_at_its_deadline_and_the_object_goes_on() {
     let now = pods.get_opt("frozen-tf-runner").await.unwrap();
     assert!(now.is_none_or(|p| p.metadata.uid.as_deref() != Some(uid.as_str())));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_user_stops_an_apply_which_keeps_what_it_made_and_says_who() {
+    let op = Operator::start().await;
+    op.git.commit("infra", &[("main.tf", HANGS)]);
+    op.apply(&op.manifest("halted", json!({"approvePlan": "auto"})));
+    op.wait_for("halted", "applying", 180, |t| {
+        condition(t, "Ready").is_some_and(|(_, reason, _)| reason == "TerraformApplying")
+    })
+    .await;
+    let key = tfops_core::api::ObjectKey::new("team-a", "halted");
+    let actions = tfops_kube::actions::Actions::new(op.admin.clone());
+    // What `tfops cancel` does, as the admin.
+    actions
+        .request(&key, tfops_kube::actions::Request::Cancel)
+        .await
+        .unwrap();
+    let t = op
+        .wait_for("halted", "stopped by the user", 120, |t| {
+            condition(t, "Ready").is_some_and(|(_, reason, _)| reason == "RunCancelled")
+        })
+        .await;
+    let (_, _, message) = condition(&t, "Ready").unwrap();
+    assert!(
+        message.contains("stopped by ") && message.contains("infra.argocd.io/cancel="),
+        "{message}"
+    );
+    assert!(
+        !message.contains("stopped by tfops cancel"),
+        "the user is named: {message}"
+    );
+    let made = state_ids(&op, "halted").await;
+    assert!(made.contains_key("terraform_data.first"), "{made:?}");
+    let leases: Api<Lease> = Api::namespaced(op.admin.clone(), "team-a");
+    let lock = leases.get_opt("lock-tfstate-default-halted").await.unwrap();
+    assert!(lock.and_then(|l| l.spec?.holder_identity).is_none());
+    // Not started again (its next run is at spec.interval, an hour): a run now, asked for, is.
+    op.git.commit("infra", &[("main.tf", FIXED)]);
+    actions
+        .request(&key, tfops_kube::actions::Request::Reconcile)
+        .await
+        .unwrap();
+    op.wait_for("halted", "applied when asked", 180, |t| {
+        ready_with(t, "TerraformAppliedSucceed")
+    })
+    .await;
+    let last = state_ids(&op, "halted").await;
+    assert_eq!(
+        last.get("terraform_data.first"),
+        made.get("terraform_data.first")
+    );
+}

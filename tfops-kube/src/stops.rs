@@ -123,7 +123,7 @@ mod tests {
         let mut tf: Terraform = serde_json::from_value(serde_json::json!({
             "apiVersion": "infra.argocd.io/v1alpha1", "kind": "Terraform",
             "metadata": {"name": "vpc", "namespace": "team-a"},
-            "spec": {"sourceRef": {"url": "https://example.com/x.git"}},
+            "spec": {"sourceRef": {"kind": "GitRepository", "url": "https://example.com/x.git"}},
         }))
         .unwrap();
         if let Some(v) = value {
