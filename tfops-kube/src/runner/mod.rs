@@ -267,12 +267,10 @@ impl KubeRunnerPort {
         if attaching {
             session.learn().await?;
         }
-        if let Some(stop) = self
-            .settings
-            .stops
-            .as_ref()
-            .and_then(|s| s.signal(&object.key()))
-        {
+        // A stop is for the object's own run, not for a pull request's plan of it.
+        let stops = self.settings.stops.as_ref();
+        let stops = stops.filter(|_| role != RunnerRole::PullRequest);
+        if let Some(stop) = stops.and_then(|s| s.signal(&object.key())) {
             session.stop_on(stop);
         }
         let watch = PodWatch::new(
