@@ -80,7 +80,7 @@ pub(super) fn command_timeout(
 }
 
 /// Whether `object` keeps its state in tfops' kubernetes backend (no `spec.backendConfig` of
-/// its own), the state [`Session::hand_state`] can hand over.
+/// its own), the state [`crate::client::Session::hand_state`] can hand over.
 pub fn uses_tfops_backend(object: &TerraformObject) -> bool {
     !object
         .spec
