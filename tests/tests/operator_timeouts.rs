@@ -14,20 +14,26 @@ use serde_json::json;
 use support::operator::{CONFIG, Operator, condition, ready_with};
 use support::state::state_ids;
 
-/// A resource made at once, then one whose provisioner sleeps an hour.
-const HANGS: &str = r#"
-resource "terraform_data" "first" {
-  input = "made"
+/// A resource made at once, then one whose provisioner sleeps `secs` seconds (a number of
+/// each test's own, so that a test can tell its sleep from another's).
+fn hangs(secs: u32) -> String {
+    format!(
+        "resource \"terraform_data\" \"first\" {{\n  input = \"made\"\n}}\nresource \"terraform_data\" \"hangs\" {{\n  depends_on = [terraform_data.first]\n  provisioner \"local-exec\" {{\n    command = \"exec sleep {secs}\"\n  }}\n}}\n"
+    )
 }
-resource "terraform_data" "hangs" {
-  depends_on = [terraform_data.first]
-  provisioner "local-exec" {
-    command = "exec sleep 3600"
-  }
-}
-"#;
 
-/// [`HANGS`] once fixed: the same resources, nothing that sleeps.
+/// Whether a process `sleep secs` runs on this machine (a runner container's included: they
+/// share its kernel).
+fn sleeping(secs: u32) -> bool {
+    let wanted = format!("sleep\0{secs}\0");
+    std::fs::read_dir("/proc").unwrap().any(|e| {
+        e.ok()
+            .and_then(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .is_some_and(|c| c == wanted.as_bytes())
+    })
+}
+
+/// [`hangs`] once fixed: the same resources, nothing that sleeps.
 const FIXED: &str = r#"
 resource "terraform_data" "first" {
   input = "made"
@@ -46,7 +52,7 @@ fn timed_out(t: &tfops_kube::Terraform) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hung_apply_is_stopped_at_its_timeout_and_keeps_what_it_made() {
     let op = Operator::start().await;
-    op.git.commit("infra", &[("main.tf", HANGS)]);
+    op.git.commit("infra", &[("main.tf", &hangs(3601))]);
     op.apply(&op.manifest("stuck", json!({"approvePlan": "auto", "timeout": "15s"})));
     let t = op
         .wait_for("stuck", "stopped at its timeout", 180, |t| {
@@ -87,7 +93,7 @@ async fn with_one_slot_an_object_that_hangs_stops_another_no_longer_than_its_dea
     let op = Operator::start_with(&["--concurrent", "1"]).await;
     op.git.commit(
         "infra",
-        &[("stuck/main.tf", HANGS), ("other/main.tf", CONFIG)],
+        &[("stuck/main.tf", &hangs(3602)), ("other/main.tf", CONFIG)],
     );
     op.apply(&op.manifest(
         "stuck",
@@ -120,12 +126,17 @@ async fn with_one_slot_an_object_that_hangs_stops_another_no_longer_than_its_dea
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frozen_runner_is_given_up_at_its_deadline_and_the_object_goes_on() {
     let op = Operator::start_in_containers_with(&["--runner-deadline-margin", "10s"]).await;
-    op.git.commit("infra", &[("main.tf", HANGS)]);
+    op.git.commit("infra", &[("main.tf", &hangs(3603))]);
     op.apply(&op.manifest("frozen", json!({"approvePlan": "auto", "timeout": "20s"})));
     op.wait_for("frozen", "applying", 180, |t| {
         condition(t, "Ready").is_some_and(|(_, reason, _)| reason == "TerraformApplying")
     })
     .await;
+    let began = std::time::Instant::now();
+    while !sleeping(3603) {
+        assert!(began.elapsed().as_secs() < 120, "the provisioner never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(op.admin.clone(), "team-a");
     let pod = pods.get("frozen-tf-runner").await.unwrap();
     let uid = pod.metadata.uid.clone().unwrap();
@@ -157,12 +168,19 @@ async fn a_frozen_runner_is_given_up_at_its_deadline_and_the_object_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_user_stops_an_apply_which_keeps_what_it_made_and_says_who() {
     let op = Operator::start().await;
-    op.git.commit("infra", &[("main.tf", HANGS)]);
+    op.git.commit("infra", &[("main.tf", &hangs(3604))]);
     op.apply(&op.manifest("halted", json!({"approvePlan": "auto"})));
     op.wait_for("halted", "applying", 180, |t| {
         condition(t, "Ready").is_some_and(|(_, reason, _)| reason == "TerraformApplying")
     })
     .await;
+    // The apply is under way once its provisioner runs (Ready says applying a little before
+    // the apply command starts).
+    let began = std::time::Instant::now();
+    while !sleeping(3604) {
+        assert!(began.elapsed().as_secs() < 120, "the provisioner never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     let key = tfops_core::api::ObjectKey::new("team-a", "halted");
     let actions = tfops_kube::actions::Actions::new(op.admin.clone());
     // What `tfops cancel` does, as the admin.
