@@ -86,17 +86,10 @@ impl Stops {
         )));
         true
     }
-}
 
-impl Stops {
-    /// `object` as the watch of the objects delivers it: [`Stops::notice`], logged.
-    pub fn seen(&self, object: &Terraform) {
-        let meta = &object.metadata;
-        let key = ObjectKey::new(
-            meta.namespace.as_deref().unwrap_or_default(),
-            meta.name.as_deref().unwrap_or_default(),
-        );
-        if self.notice(&key, object) {
+    /// `object` (`key`) as the watch of the objects delivers it: [`Stops::notice`], logged.
+    pub fn seen(&self, key: &ObjectKey, object: &Terraform) {
+        if self.notice(key, object) {
             tracing::info!(object = %key, "a user asked to stop the run under way");
         }
     }

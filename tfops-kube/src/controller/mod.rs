@@ -398,7 +398,7 @@ fn controller(
         .reflect(scope.writer)
         .applied_objects()
         // (A reconcile under way would see a new cancel value only once it ended.)
-        .inspect_ok(move |tf| stops.seen(tf));
+        .inspect_ok(move |tf| stops.seen(&key_of(tf), tf));
     let wake = queues.clone();
     kube_runtime::Controller::for_stream(objects, scope.reader)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))

@@ -235,13 +235,9 @@ impl RunnerSession for PodSession {
     async fn setup(&mut self, request: &SetupRequest) -> Result<(), PortError> {
         let o = &request.object;
         if let Some(admin) = self.hand_from.as_ref().filter(|_| uses_tfops_backend(o)) {
-            let workspace = if o.spec.workspace.is_empty() {
-                "default"
-            } else {
-                o.spec.workspace.as_str()
-            };
+            // (`spec.workspace` defaults to `default`, and validation refuses it empty.)
             let state = admin
-                .stored_state(&o.key(), workspace, &o.state_secret_suffix())
+                .stored_state(&o.key(), &o.spec.workspace, &o.state_secret_suffix())
                 .await?;
             self.inner.hand_state(state);
         }
