@@ -98,6 +98,20 @@ pub(crate) async fn token(
         .await
         .map_err(|e| tfops_kube::error::port_error(&where_, e))?
         .ok_or_else(|| PortError::NotFound(format!("{where_}: no such Secret")))?;
+    token_of(&secret, reference, namespace, own, &where_)
+}
+
+/// The token `reference` names in `secret` (in `namespace`), for an object of namespace
+/// `own`: refused unless the Secret is in `own` or its
+/// [`tfops_core::api::FORGE_TOKEN_NAMESPACES`] annotation lists `own`; `where_` names it in
+/// errors.
+fn token_of(
+    secret: &Secret,
+    reference: &tfops_core::api::TokenSecretRef,
+    namespace: &str,
+    own: &str,
+    where_: &str,
+) -> Result<String, PortError> {
     let granted = secret
         .metadata
         .annotations
@@ -249,4 +263,51 @@ fn trust_of(
         .map(|(l, _)| l.clone())
         .collect();
     pulls::trust(pull, listed, &writers, comments)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn secret(granted: Option<&str>) -> Secret {
+        let mut s: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "forge", "namespace": "tfops-forge"},
+            "data": {"token": "c2VjcmV0Cg=="},
+        }))
+        .unwrap();
+        if let Some(g) = granted {
+            s.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(tfops_core::api::FORGE_TOKEN_NAMESPACES.into(), g.into());
+        }
+        s
+    }
+
+    #[test]
+    fn a_token_elsewhere_is_read_only_for_the_namespaces_its_secret_grants() {
+        let reference = tfops_core::api::TokenSecretRef {
+            name: "forge".into(),
+            key: "token".into(),
+            namespace: Some("tfops-forge".into()),
+        };
+        let read = |granted, own| token_of(&secret(granted), &reference, "tfops-forge", own, "ref");
+        // Another team's token, not granted to team-a: refused, and nothing of it given back.
+        for granted in [None, Some("team-b"), Some("team-ab,team")] {
+            let refused = read(granted, "team-a").unwrap_err();
+            assert!(matches!(refused, PortError::AccessDenied(_)), "{refused:?}");
+            assert!(!refused.to_string().contains("secret"), "{refused}");
+            assert!(
+                refused
+                    .to_string()
+                    .contains(tfops_core::api::FORGE_TOKEN_NAMESPACES)
+            );
+        }
+        assert_eq!(read(Some("team-b, team-a"), "team-a").unwrap(), "secret");
+        assert_eq!(read(Some("*"), "team-a").unwrap(), "secret");
+        // In the object's own namespace, as before: no annotation needed.
+        let own = token_of(&secret(None), &reference, "team-a", "team-a", "ref");
+        assert_eq!(own.unwrap(), "secret");
+    }
 }
