@@ -24,6 +24,16 @@ fn hangs(secs: u32) -> String {
 
 /// Whether a process `sleep secs` runs on this machine (a runner container's included: they
 /// share its kernel).
+/// Waits (at most three minutes) until [`hangs`]'s provisioner of `secs` runs: the apply is
+/// under way then (Ready says applying a little before the apply command starts).
+async fn until_sleeping(secs: u32) {
+    let began = Instant::now();
+    while !sleeping(secs) {
+        assert!(began.elapsed().as_secs() < 180, "the provisioner never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 fn sleeping(secs: u32) -> bool {
     let wanted = format!("sleep\0{secs}\0");
     std::fs::read_dir("/proc").unwrap().any(|e| {
@@ -99,10 +109,7 @@ async fn with_one_slot_an_object_that_hangs_stops_another_no_longer_than_its_dea
         "stuck",
         json!({"path": "stuck", "approvePlan": "auto", "timeout": "20s"}),
     ));
-    op.wait_for("stuck", "applying", 180, |t| {
-        condition(t, "Ready").is_some_and(|(_, reason, _)| reason == "TerraformApplying")
-    })
-    .await;
+    until_sleeping(3602).await;
     // The one slot is held by the hung apply now.
     let asked = Instant::now();
     op.apply(&op.manifest("other", json!({"path": "other", "approvePlan": "auto"})));
@@ -128,15 +135,7 @@ async fn a_frozen_runner_is_given_up_at_its_deadline_and_the_object_goes_on() {
     let op = Operator::start_in_containers_with(&["--runner-deadline-margin", "10s"]).await;
     op.git.commit("infra", &[("main.tf", &hangs(3603))]);
     op.apply(&op.manifest("frozen", json!({"approvePlan": "auto", "timeout": "20s"})));
-    op.wait_for("frozen", "applying", 180, |t| {
-        condition(t, "Ready").is_some_and(|(_, reason, _)| reason == "TerraformApplying")
-    })
-    .await;
-    let began = std::time::Instant::now();
-    while !sleeping(3603) {
-        assert!(began.elapsed().as_secs() < 120, "the provisioner never ran");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    until_sleeping(3603).await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(op.admin.clone(), "team-a");
     let pod = pods.get("frozen-tf-runner").await.unwrap();
     let uid = pod.metadata.uid.clone().unwrap();
@@ -170,17 +169,7 @@ async fn a_user_stops_an_apply_which_keeps_what_it_made_and_says_who() {
     let op = Operator::start().await;
     op.git.commit("infra", &[("main.tf", &hangs(3604))]);
     op.apply(&op.manifest("halted", json!({"approvePlan": "auto"})));
-    op.wait_for("halted", "applying", 180, |t| {
-        condition(t, "Ready").is_some_and(|(_, reason, _)| reason == "TerraformApplying")
-    })
-    .await;
-    // The apply is under way once its provisioner runs (Ready says applying a little before
-    // the apply command starts).
-    let began = std::time::Instant::now();
-    while !sleeping(3604) {
-        assert!(began.elapsed().as_secs() < 120, "the provisioner never ran");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    until_sleeping(3604).await;
     let key = tfops_core::api::ObjectKey::new("team-a", "halted");
     let actions = tfops_kube::actions::Actions::new(op.admin.clone());
     // What `tfops cancel` does, as the admin.

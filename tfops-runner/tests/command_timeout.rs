@@ -11,16 +11,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use test_case::test_case;
 use tfops_core::api::Binary;
-use tfops_core::ports::{PlanKind, PlanRequest, PortError, RunnerSession, SetupRequest};
+use tfops_core::ports::{PlanKind, PortError, RunnerSession, SetupRequest};
 use tfops_runner::client::Session;
-
-fn plan() -> PlanRequest {
-    PlanRequest {
-        kind: PlanKind::Normal,
-        targets: vec![],
-        parallelism: 0,
-    }
-}
 
 /// A session set up for `config` with `spec.timeout` `timeout`, and the runner it talks to.
 async fn set_up(binary: Binary, config: &str, timeout: &str) -> (Session, Runner) {
@@ -72,7 +64,14 @@ resource "terraform_data" "hangs" {{
 "#
     );
     let (mut s, _runner) = set_up(binary, &config, "4s").await;
-    assert_eq!(s.plan(&plan()).await.unwrap().summary.add, 2);
+    assert_eq!(
+        s.plan(&plan_of(PlanKind::Normal))
+            .await
+            .unwrap()
+            .summary
+            .add,
+        2
+    );
     let began = Instant::now();
     let stopped = s.apply("apply-1").await.unwrap_err();
     let PortError::TimedOut(why) = &stopped else {
@@ -101,7 +100,7 @@ resource "terraform_data" "hangs" {{
         "{kept:?}"
     );
     // The lock is free: a plan that takes it runs, and has only the rest left to do.
-    let rest = s.plan(&plan()).await.unwrap();
+    let rest = s.plan(&plan_of(PlanKind::Normal)).await.unwrap();
     assert!(rest.summary.add <= 1 && rest.has_changes, "{rest:?}");
     s.cleanup().await.unwrap();
 }
@@ -122,7 +121,7 @@ async fn a_plan_that_ignores_the_interrupt_is_killed_after_the_grace_period() {
     );
     let (mut s, _runner) = set_up(Binary::Terraform, &config, "2s").await;
     let began = Instant::now();
-    let stopped = s.plan(&plan()).await.unwrap_err();
+    let stopped = s.plan(&plan_of(PlanKind::Normal)).await.unwrap_err();
     let PortError::TimedOut(why) = &stopped else {
         panic!("{stopped:?}")
     };
@@ -148,7 +147,7 @@ async fn a_users_stop_interrupts_an_apply_and_says_who() {
     let (mut s, _runner) = set_up(Binary::Terraform, &config, "1h").await;
     let (stop, stopping) = tokio::sync::watch::channel(None);
     s.stop_on(stopping);
-    s.plan(&plan()).await.unwrap();
+    s.plan(&plan_of(PlanKind::Normal)).await.unwrap();
     let sleep = format!("sleep\0{secs}\0");
     let asked = tokio::spawn(async move {
         // Once the provisioner runs, the apply is under way: a user stops it.

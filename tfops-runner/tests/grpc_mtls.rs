@@ -11,9 +11,7 @@ use std::time::{Duration, SystemTime};
 use common::*;
 use test_case::test_case;
 use tfops_core::api::Binary;
-use tfops_core::ports::{
-    self, Artifact, PlanRequest, PortError, ResolvedInputs, RunnerSession, SetupRequest,
-};
+use tfops_core::ports::{self, Artifact, PortError, ResolvedInputs, RunnerSession, SetupRequest};
 use tfops_runner::client::{ClientTls, RunnerClient};
 use tfops_runner::proto;
 use tfops_runner::tls::{Pki, runner_server_name};
@@ -173,14 +171,6 @@ async fn a_rotation_in_the_middle_of_a_sequence_of_calls_loses_no_call() {
     assert_eq!(calls, 15);
 }
 
-fn plan(kind: ports::PlanKind) -> PlanRequest {
-    PlanRequest {
-        kind,
-        targets: vec![],
-        parallelism: 0,
-    }
-}
-
 #[test_case(Binary::Terraform ; "terraform")]
 #[test_case(Binary::Tofu ; "tofu")]
 #[tokio::test]
@@ -208,7 +198,7 @@ async fn a_whole_run_through_the_session_port(binary: Binary) {
         s.binary()
     );
     s.select_workspace("default").await.unwrap();
-    let p = s.plan(&plan(ports::PlanKind::Normal)).await.unwrap();
+    let p = s.plan(&plan_of(ports::PlanKind::Normal)).await.unwrap();
     assert!(p.has_changes);
     assert_eq!(p.summary.add, 2);
     assert!(
@@ -226,10 +216,13 @@ async fn a_whole_run_through_the_session_port(binary: Binary) {
     );
     assert!(outputs["secret"].sensitive);
     assert_eq!(s.inventory().await.unwrap().len(), 2);
-    let drift = s.plan(&plan(ports::PlanKind::RefreshOnly)).await.unwrap();
+    let drift = s
+        .plan(&plan_of(ports::PlanKind::RefreshOnly))
+        .await
+        .unwrap();
     assert!(!drift.has_changes, "{:?}", drift.drifted);
     // Destroying is what deletion does: a destroy plan, then its apply.
-    let destroy = s.plan(&plan(ports::PlanKind::Destroy)).await.unwrap();
+    let destroy = s.plan(&plan_of(ports::PlanKind::Destroy)).await.unwrap();
     assert_eq!(destroy.summary.destroy, 2);
     s.apply("apply-destroy").await.unwrap();
     assert!(s.inventory().await.unwrap().is_empty());
@@ -256,7 +249,7 @@ async fn a_broken_plan_reports_terraforms_diagnostic(binary: Binary) {
     let mut s = session(runner.addr, &pki, "bad-1").await;
     s.setup(&request).await.unwrap();
     s.init().await.unwrap();
-    match s.plan(&plan(ports::PlanKind::Normal)).await {
+    match s.plan(&plan_of(ports::PlanKind::Normal)).await {
         Err(PortError::Terraform(d)) => assert!(
             d.contains("Unsupported argument") && d.contains("nonsense"),
             "{d}"
@@ -318,7 +311,7 @@ async fn a_controller_that_reconnects_mid_apply_gets_the_real_result_and_cancel_
     let mut s = session(runner.addr, &pki, "slow-1").await;
     s.setup(&request).await.unwrap();
     s.init().await.unwrap();
-    s.plan(&plan(ports::PlanKind::Normal)).await.unwrap();
+    s.plan(&plan_of(ports::PlanKind::Normal)).await.unwrap();
     let apply_id = "apply-slow-1".to_string();
     // The first controller starts the apply and goes away mid-way.
     let id = apply_id.clone();
@@ -353,7 +346,7 @@ async fn a_controller_that_reconnects_mid_apply_gets_the_real_result_and_cancel_
     let mut s = session(runner.addr, &pki, "slow-2").await;
     s.setup(&request).await.unwrap();
     s.init().await.unwrap();
-    s.plan(&plan(ports::PlanKind::Normal)).await.unwrap();
+    s.plan(&plan_of(ports::PlanKind::Normal)).await.unwrap();
     let id = "apply-slow-2".to_string();
     let started = std::time::Instant::now();
     let run_id = id.clone();

@@ -11,7 +11,7 @@ use std::process::Command;
 use common::*;
 use test_case::test_case;
 use tfops_core::api::Binary;
-use tfops_core::ports::{PlanKind, PlanRequest, RunnerSession, SetupRequest};
+use tfops_core::ports::{PlanKind, RunnerSession, SetupRequest};
 
 /// The state an apply of [`CONFIG`] leaves, made by the binary itself, gzipped as the
 /// kubernetes backend stores it.
@@ -35,14 +35,6 @@ fn applied_state(binary: Binary, config: &std::path::Path) -> Vec<u8> {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&state).unwrap();
     gz.finish().unwrap()
-}
-
-fn speculative() -> PlanRequest {
-    PlanRequest {
-        kind: PlanKind::Speculative,
-        targets: vec![],
-        parallelism: 0,
-    }
 }
 
 #[test_case(Binary::Terraform ; "terraform")]
@@ -72,7 +64,7 @@ async fn a_handed_state_is_planned_against_and_nothing_can_write(binary: Binary)
         s.setup(&request).await.unwrap();
         s.init().await.unwrap();
         s.select_workspace("staging").await.unwrap();
-        let plan = s.plan(&speculative()).await.unwrap();
+        let plan = s.plan(&plan_of(PlanKind::Speculative)).await.unwrap();
         assert_eq!(
             plan.summary.add, changes,
             "planned against the state handed over: {plan:?}"
@@ -80,13 +72,10 @@ async fn a_handed_state_is_planned_against_and_nothing_can_write(binary: Binary)
         assert_eq!(plan.has_changes, changes > 0);
         for refused in [
             s.apply("apply-1").await.unwrap_err().to_string(),
-            s.plan(&PlanRequest {
-                kind: PlanKind::Normal,
-                ..speculative()
-            })
-            .await
-            .unwrap_err()
-            .to_string(),
+            s.plan(&plan_of(PlanKind::Normal))
+                .await
+                .unwrap_err()
+                .to_string(),
             s.force_unlock("some-lock").await.unwrap_err().to_string(),
         ] {
             assert!(

@@ -204,3 +204,12 @@ pub async fn session(addr: SocketAddr, pki: &Pki, prefix: &str) -> Session {
         .unwrap();
     Session::start(client, prefix).await.unwrap()
 }
+
+/// A plan request of `kind`: every resource, Terraform's own parallelism.
+pub fn plan_of(kind: tfops_core::ports::PlanKind) -> tfops_core::ports::PlanRequest {
+    tfops_core::ports::PlanRequest {
+        kind,
+        targets: vec![],
+        parallelism: 0,
+    }
+}
